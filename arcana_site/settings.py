@@ -1,0 +1,173 @@
+"""Arcana Console settings, read from the environment (see `arcana_site/env.py`).
+
+The defaults are the embedded set-up: a SQLite file and a file-system Celery broker under
+`ARCANA_DATA_DIR` (default `./var`), so a fresh checkout runs with no servers. Production sets
+`DATABASE_URL=postgres://…`, `CELERY_BROKER_URL=redis://…`, `SECRET_KEY`, `DEBUG=False`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from arcana_site.env import envbool, envbroker, envdatabase, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(envstr("ARCANA_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = envbool("DEBUG", default=False)
+
+SECRET_KEY = envstr("SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set and DEBUG is off. Set SECRET_KEY to a long random string "
+            "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`), "
+            "or set DEBUG=True for local development."
+        )
+    # Development only: a fresh key per process is fine, sessions just do not survive restarts.
+    SECRET_KEY = "dev-" + secrets.token_urlsafe(40)
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "traces",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "arcana_site.urls"
+WSGI_APPLICATION = "arcana_site.wsgi.application"
+ASGI_APPLICATION = "arcana_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = envdatabase("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'arcana.sqlite3'}")
+DATABASES = {"default": DATABASE_URL.to_django()}
+if DATABASE_URL.engine == "sqlite":
+    Path(DATABASE_URL.name).parent.mkdir(parents=True, exist_ok=True)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+MEDIA_ROOT = DATA_DIR / "media"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# Bodies above this size are refused with 413 (API batches and uploads alike).
+ARCANA_MAX_UPLOAD_BYTES = envint("ARCANA_MAX_UPLOAD_BYTES", default=100_000_000, minimum=1024)
+ARCANA_MAX_INGEST_BYTES = envint("ARCANA_MAX_INGEST_BYTES", default=20_000_000, minimum=1024)
+# Django refuses larger in-memory bodies before our views see them; our views enforce the limits above.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(ARCANA_MAX_UPLOAD_BYTES, ARCANA_MAX_INGEST_BYTES)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5_000_000
+# Number of worker processes that write to the database (web + Celery); checked against SQLite.
+ARCANA_WORKER_PROCESSES = envint("ARCANA_WORKER_PROCESSES", default=1, minimum=1)
+ARCANA_TRACE_DIR = Path(envstr("ARCANA_TRACE_DIR", str(DATA_DIR / "traces")))
+
+# Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
+_BROKER_DIR = DATA_DIR / "broker"
+CELERY_BROKER_URL = envbroker("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_BROKER_DIR / "out"),
+        "data_folder_out": str(_BROKER_DIR / "out"),
+        "processed_folder": str(_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+    CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", f"file://{_BROKER_DIR / 'results'}")
+    # The file-system transport does not create its folders; the web server and the worker both may.
+    for _folder in ("out", "processed", "results"):
+        (_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+else:
+    CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "ingest"
+CELERY_TASK_ROUTES = {
+    "traces.tasks.process_upload": {"queue": "ingest"},
+    "traces.tasks.run_conversation": {"queue": "agents"},
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Arcana Console API",
+    "DESCRIPTION": "Ingest agent traces and read runs, turns, context decisions, pins and primitive events.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+SESSION_COOKIE_HTTPONLY = True
+# Off by default so the embedded set-up works over plain http on 127.0.0.1; turn on behind TLS.
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", default=False)
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "WARNING")},
+}

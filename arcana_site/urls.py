@@ -1,0 +1,18 @@
+"""Site URLs: health, auth, the API under /api/v1/, and the dashboard pages."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from arcana_site import views
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("traces.api_urls")),
+    path("", include("traces.urls")),
+]

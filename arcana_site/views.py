@@ -1,0 +1,44 @@
+"""Site-wide views that belong to no app."""
+
+from __future__ import annotations
+
+import time
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from arcana_site.celery import app as celery_app
+
+
+def _check_database() -> dict[str, object]:
+    started = time.monotonic()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # any driver error means "down"; the message says which
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"ok": True, "vendor": connection.vendor, "ms": round((time.monotonic() - started) * 1000, 1)}
+
+
+def _check_broker() -> dict[str, object]:
+    started = time.monotonic()
+    try:
+        with celery_app.connection_for_write() as conn:
+            # One attempt, short timeout: a health probe must answer quickly even when the broker is gone.
+            conn.ensure_connection(max_retries=1, timeout=2)
+            transport = conn.transport_cls
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"ok": True, "transport": str(transport), "ms": round((time.monotonic() - started) * 1000, 1)}
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Database and broker status as JSON; 503 when either is down (for load balancers and CI)."""
+    checks = {"database": _check_database(), "broker": _check_broker()}
+    ok = all(check["ok"] for check in checks.values())
+    return JsonResponse({"status": "ok" if ok else "unavailable", **checks}, status=200 if ok else 503)

@@ -1,0 +1,232 @@
+"""The trace event envelope (Arcana 1.2 `TraceEvent`) and its validation.
+
+The envelope is shared by everything that writes or reads traces: the runtime's sinks, the reader and
+CLI, and the server's ingestion. `docs/trace-format.md` is the contract; this module is its code.
+
+    >>> ev = TraceEvent.new("turn", run_id="r1", metadata={"turn": 1, "step": 1})
+    >>> TraceEvent.from_dict(ev.to_dict()) == ev
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import TraceFormatError
+
+#: The value of `metadata.producer` on every event our runtime writes.
+PRODUCER = "arcana-console"
+
+#: Every envelope key, in the order Arcana 1.2 serializes them. All are always written.
+ENVELOPE_KEYS: tuple[str, ...] = (
+    "run_id",
+    "task_id",
+    "step_id",
+    "parent_step_id",
+    "timestamp",
+    "role",
+    "event_type",
+    "state_before_hash",
+    "state_after_hash",
+    "llm_request_digest",
+    "llm_response_digest",
+    "model",
+    "llm_latency_ms",
+    "tool_call",
+    "budgets",
+    "stop_reason",
+    "stop_detail",
+    "metadata",
+)
+
+#: Event types Arcana 1.2 knows. Others are legal on input and are kept raw.
+KNOWN_EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "llm_call",
+        "tool_call",
+        "state_change",
+        "error",
+        "checkpoint",
+        "plan",
+        "verify",
+        "memory_write",
+        "context_decision",
+        "prompt_snapshot",
+        "cognitive_primitive",
+        "capability_admission",
+        "protocol_discovery",
+        "guardrail_decision",
+        "history_seeded",
+        "task_submit",
+        "task_start",
+        "task_complete",
+        "task_fail",
+        "turn",
+        "agent_turn",
+        "graph_node_start",
+        "graph_node_complete",
+        "graph_transition",
+        "graph_interrupt",
+    }
+)
+
+_REQUIRED_STR = ("run_id", "step_id", "event_type")
+_OPTIONAL_STR = (
+    "task_id",
+    "parent_step_id",
+    "role",
+    "state_before_hash",
+    "state_after_hash",
+    "llm_request_digest",
+    "llm_response_digest",
+    "model",
+    "stop_reason",
+    "stop_detail",
+)
+_OPTIONAL_OBJ = ("tool_call", "budgets")
+MAX_ID_LENGTH = 200
+
+
+def utc_now_iso() -> str:
+    """The current time as Arcana writes it: ISO-8601 UTC with offset."""
+    return datetime.now(UTC).isoformat()
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an event timestamp; naive values are taken as UTC. Raises ValueError."""
+    ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One trace event. `extra` keeps unknown top-level keys so nothing a producer wrote is lost."""
+
+    run_id: str
+    step_id: str
+    event_type: str
+    timestamp: str
+    parent_step_id: str | None = None
+    task_id: str | None = None
+    role: str | None = "system"
+    state_before_hash: str | None = None
+    state_after_hash: str | None = None
+    llm_request_digest: str | None = None
+    llm_response_digest: str | None = None
+    model: str | None = None
+    llm_latency_ms: int | None = None
+    tool_call: dict[str, Any] | None = None
+    budgets: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    stop_detail: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, event_type: str, *, run_id: str, **fields: Any) -> TraceEvent:
+        """A fresh event with a new `step_id` and the current time."""
+        fields.setdefault("step_id", str(uuid.uuid4()))
+        fields.setdefault("timestamp", utc_now_iso())
+        return cls(run_id=run_id, event_type=event_type, **fields)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, line: int | None = None) -> TraceEvent:
+        """Validate an untrusted decoded JSON value. Raises `TraceFormatError` naming the field."""
+        if not isinstance(data, dict):
+            raise TraceFormatError(f"event must be a JSON object, got {_json_type(data)}", line=line)
+        for key in _REQUIRED_STR:
+            value = data.get(key)
+            if value is None:
+                raise TraceFormatError(f"missing required field '{key}'", line=line)
+            if not isinstance(value, str) or not value:
+                raise TraceFormatError(
+                    f"'{key}' must be a non-empty string, got {_json_type(value)}", line=line
+                )
+            if len(value) > MAX_ID_LENGTH:
+                raise TraceFormatError(f"'{key}' is longer than {MAX_ID_LENGTH} characters", line=line)
+        timestamp = data.get("timestamp")
+        if not isinstance(timestamp, str):
+            raise TraceFormatError("'timestamp' must be an ISO-8601 string", line=line)
+        try:
+            parse_timestamp(timestamp)
+        except ValueError:
+            raise TraceFormatError(f"'timestamp' is not ISO-8601: {timestamp[:40]!r}", line=line) from None
+        for key in _OPTIONAL_STR:
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise TraceFormatError(
+                    f"'{key}' must be a string or null, got {_json_type(value)}", line=line
+                )
+        for key in _OPTIONAL_OBJ:
+            value = data.get(key)
+            if value is not None and not isinstance(value, dict):
+                raise TraceFormatError(
+                    f"'{key}' must be an object or null, got {_json_type(value)}", line=line
+                )
+        latency = data.get("llm_latency_ms")
+        if latency is not None and (isinstance(latency, bool) or not isinstance(latency, int | float)):
+            raise TraceFormatError(
+                f"'llm_latency_ms' must be a number or null, got {_json_type(latency)}", line=line
+            )
+        metadata = data.get("metadata")
+        if metadata is None:
+            metadata = {}
+        if not isinstance(metadata, dict):
+            raise TraceFormatError(f"'metadata' must be an object, got {_json_type(metadata)}", line=line)
+        known = {k: data.get(k) for k in ENVELOPE_KEYS if k != "metadata"}
+        extra = {k: v for k, v in data.items() if k not in ENVELOPE_KEYS}
+        if latency is not None:
+            known["llm_latency_ms"] = int(latency)
+        return cls(metadata=metadata, extra=extra, **known)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, line: int | None = None) -> TraceEvent:
+        """Parse one JSONL line. Raises `TraceFormatError` for bad JSON or a bad envelope."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceFormatError(f"not valid JSON: {exc}", line=line) from None
+        return cls.from_dict(data, line=line)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as Arcana serializes it: every envelope key present, in order."""
+        out: dict[str, Any] = {key: getattr(self, key) for key in ENVELOPE_KEYS}
+        out.update(self.extra)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @property
+    def is_ours(self) -> bool:
+        """True when Arcana Console's runtime wrote this event (it carries 1-based turn/step)."""
+        return self.metadata.get("producer") == PRODUCER
+
+    @property
+    def source_agent(self) -> str | None:
+        agent = self.metadata.get("source_agent")
+        return agent if isinstance(agent, str) and agent else None
+
+    @property
+    def timestamp_dt(self) -> datetime:
+        return parse_timestamp(self.timestamp)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__

@@ -1,0 +1,118 @@
+"""Fixtures shared by the whole suite: a clean environment and a real Celery worker process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+# Variables that would change behaviour under test if they leaked in from the shell.
+_LEAKY_ENV = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "OPENAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "ARCANA_SERVER",
+    "ARCANA_API_KEY",
+    "ARCANA_TRACE_DIR",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _LEAKY_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def samples_dir() -> Path:
+    """Real trace files written by arcana-agent 1.2.0 (copied from the shared samples)."""
+    return FIXTURES / "arcana-1.2"
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL naming the database the tests run against, for processes the tests start."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{Path(db['NAME']).resolve()}"
+    auth = db["USER"] or ""
+    if db.get("PASSWORD"):
+        auth += f":{db['PASSWORD']}"
+    host = db["HOST"] or "127.0.0.1"
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    return f"postgres://{auth}{'@' if auth else ''}{host}{port}/{db['NAME']}"
+
+
+test_database_url.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(
+    django_db_setup: None, django_db_blocker: object
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `celery worker` process on the configured broker, using the test database.
+
+    Tests that rely on it must use `transactional_db` (the worker only sees committed rows)."""
+    from arcana_site.celery import app
+
+    env = dict(os.environ)
+    env["DATABASE_URL"] = test_database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "arcana_site.test_settings"
+    log = open(ROOT / "var" / "test-worker.log", "wb")  # noqa: SIM115  (closed below)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "arcana_site",
+            "worker",
+            "-Q",
+            "ingest,agents",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-n",
+            f"test-{os.getpid()}@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        result = app.send_task("traces.tasks.ping", args=["ready"], queue="ingest")
+        deadline = time.monotonic() + 60
+        while not result.ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited with {proc.returncode}; see var/test-worker.log")
+            if time.monotonic() > deadline:
+                raise RuntimeError("celery worker did not answer a ping within 60 s; see var/test-worker.log")
+            time.sleep(0.1)
+        assert result.get(timeout=5) == {"pong": "ready"}
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,48 @@
+"""System checks for risky configurations, with stable ids (`arcana.W001`…)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Tags, Warning, register
+
+
+@register(Tags.database)
+def check_sqlite_concurrency(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") and settings.ARCANA_WORKER_PROCESSES > 1:
+        return [
+            Warning(
+                f"SQLite with {settings.ARCANA_WORKER_PROCESSES} worker processes writing at once.",
+                hint="SQLite serialises writers; use PostgreSQL (DATABASE_URL=postgres://…) for more than one worker.",
+                id="arcana.W001",
+            )
+        ]
+    return []
+
+
+@register()
+def check_embedded_broker_in_production(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    if not settings.DEBUG and settings.CELERY_BROKER_URL.startswith(("filesystem://", "memory://")):
+        return [
+            Warning(
+                "The embedded file-system broker is in use with DEBUG off.",
+                hint="It only works when the web server and the worker share one disk; use Redis in production "
+                "(CELERY_BROKER_URL=redis://…).",
+                id="arcana.W002",
+            )
+        ]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def check_secure_cookies(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    if not settings.DEBUG and not settings.SESSION_COOKIE_SECURE:
+        return [
+            Warning(
+                "Session cookies are sent over plain HTTP.",
+                hint="Behind TLS, set SESSION_COOKIE_SECURE=True and CSRF_COOKIE_SECURE=True.",
+                id="arcana.W003",
+            )
+        ]
+    return []
