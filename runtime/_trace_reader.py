@@ -473,8 +473,10 @@ def messages_for_steps(steps: Iterable[StepView]) -> list[dict[str, Any]] | None
     """Rebuild the conversation messages these steps appended to the history (docs/trace-format.md).
 
     Per step: the `turn` event's `metadata.messages`, then one `{"role": "tool", "tool_call_id",
-    "content"}` per primitive / tool call, in the order the assistant message asked for them (file
-    order for calls the assistant message does not list). Returns None when no step carries
+    "content"}` per primitive / tool call (and per `error` event naming a `tool_call_id`: an unknown
+    tool, whose content is the error's `result` or `message`), in the order the assistant message
+    asked for them (file order for calls the assistant message does not list). Primitive results are
+    JSON-encoded; string tool results are used as they are. Returns None when no step carries
     `metadata.messages` (Arcana 1.2 files do not record the messages).
     """
     out: list[dict[str, Any]] = []
@@ -489,7 +491,7 @@ def messages_for_steps(steps: Iterable[StepView]) -> list[dict[str, Any]] | None
         out.extend(step_messages)
         results: list[tuple[str, str]] = []
         calls = sorted(
-            [e for e in sv.events if e.event_type in ("cognitive_primitive", "tool_call")],
+            [e for e in sv.events if e.event_type in ("cognitive_primitive", "tool_call", "error")],
             key=lambda e: e.index,
         )
         for ne in calls:
@@ -498,6 +500,9 @@ def messages_for_steps(steps: Iterable[StepView]) -> list[dict[str, Any]] | None
             if not isinstance(call_id, str):
                 continue
             value = md.get("result")
+            if ne.event_type == "error" and value is None:
+                # An unknown tool: the model was told so in a tool message; the error event says what.
+                value = md.get("message") or md.get("error") or ""
             if ne.event_type == "tool_call" and value is None and ne.event.tool_call:
                 value = ne.event.tool_call.get("error") or ""
             results.append((call_id, _tool_content(value)))
