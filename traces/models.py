@@ -1,0 +1,539 @@
+"""The trace store: teams and projects, raw events, and the projections pages read.
+
+`Event` rows are the source of truth (one per `(project, run_id, step_id)`). Everything below `Run`
+(`Turn`, `Step`, `ContextDecision`, `Pin`, `PrimitiveEvent`) and the counters on `Run` are projections
+computed from a run's raw events by `traces.ingest` — the only module that creates or changes trace
+rows (DESIGN.md §3). Pages and the read API read projections and never re-parse raw JSON.
+
+Numbering follows DESIGN.md §1: turns and steps are 1-based for both producers; `agent` is `""` for a
+plain chat (one unnamed agent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+
+class Team(models.Model):
+    """A group of people sharing projects. Every page and API call is scoped to the caller's teams."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's place in a team. Roles, strongest first: owner, admin, member, viewer."""
+
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        MEMBER = "member"
+        VIEWER = "viewer"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_team_user_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+    @property
+    def can_write(self) -> bool:
+        """Viewers read; everyone else may upload, create keys and start runs."""
+        return self.role != self.Role.VIEWER
+
+
+class Project(models.Model):
+    """A team's bucket of runs; API keys belong to one project. `slug` is unique within its team."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="projects")
+    slug = models.SlugField(max_length=100)
+    name = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "slug"]
+        constraints = [models.UniqueConstraint(fields=["team", "slug"], name="project_team_slug_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}/{self.slug}"
+
+
+def projects_for_user(user: Any) -> QuerySet[Project]:
+    """The projects of every team `user` belongs to (empty for anonymous users)."""
+    if user is None or not user.is_authenticated:
+        return Project.objects.none()
+    return Project.objects.filter(team__memberships__user=user)
+
+
+class Run(models.Model):
+    """One trace (one `run_id`) in a project, with counters projected from its raw events.
+
+    `status`: `running` until the run's last step ends it — `completed` when the last `turn` event says
+    the answer is complete (`assessment.completed`, or `finish_reason == "stop"` with no tool calls),
+    `failed` when the last event is an `error` / a failed assessment / `stop_reason == "error"`.
+    """
+
+    class Source(models.TextChoices):
+        RUNTIME = "runtime"  # written by Arcana Console's runtime (metadata.producer)
+        ARCANA = "arcana"  # written by arcana-agent 1.2
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=200)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.ARCANA)
+    agents = models.JSONField(default=list)  # sorted names of pool agents; [] for a plain chat
+    model = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    steps = models.PositiveIntegerField(default=0)
+    events = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    primitives = models.PositiveIntegerField(default=0)
+    recall_count = models.PositiveIntegerField(default=0)
+    pin_count = models.PositiveIntegerField(default=0)
+    unpin_count = models.PositiveIntegerField(default=0)
+    peak_utilization = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_project_run_id_uniq")]
+        indexes = [
+            # The runs list: newest first per project.
+            models.Index(fields=["project", "-started_at"], name="run_project_started_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+    @property
+    def is_running(self) -> bool:
+        return self.status == self.Status.RUNNING
+
+    @property
+    def is_completed(self) -> bool:
+        return self.status == self.Status.COMPLETED
+
+    @property
+    def is_failed(self) -> bool:
+        return self.status == self.Status.FAILED
+
+    @property
+    def has_primitives(self) -> bool:
+        return self.primitives > 0
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return (self.ended_at - self.started_at).total_seconds()
+
+    def raw_events(self) -> QuerySet[Event]:
+        """The run's raw events, oldest first."""
+        return Event.objects.filter(project_id=self.project_id, run_id=self.run_id).order_by(
+            "timestamp", "step_id"
+        )
+
+    def active_pins_at(self, turn: int, agent: str | None = None) -> QuerySet[Pin]:
+        """Pins in effect at `turn` (DESIGN.md §1): created ≤ t, not unpinned before t (an unpin in turn
+        t still counts: the pin was rendered in that turn's steps), `until_turn` null or ≥ t."""
+        qs = self.pins.filter(created_turn__lte=turn).filter(
+            Q(unpinned_turn__isnull=True) | Q(unpinned_turn__gte=turn)
+        )
+        qs = qs.filter(Q(until_turn__isnull=True) | Q(until_turn__gte=turn))
+        if agent is not None:
+            qs = qs.filter(agent=agent)
+        return qs.order_by("created_turn", "created_step", "id")
+
+
+class TurnDict(TypedDict):
+    agent: str
+    number: int
+    steps: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens: int
+    peak_utilization: float | None
+    strategy: str
+    compressions: int
+    primitives: int
+    tool_calls: int
+    started_at: str | None
+    ended_at: str | None
+
+
+class Turn(models.Model):
+    """One turn of one agent (1-based `number`): all the steps one user message caused."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turn_set")
+    agent = models.CharField(max_length=200, blank=True)
+    number = models.PositiveIntegerField()
+    steps = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    peak_utilization = models.FloatField(null=True, blank=True)
+    strategy = models.CharField(max_length=100, blank=True)  # the strategy of the turn's last decision
+    compressions = models.PositiveIntegerField(default=0)  # sum of compressed_count over its decisions
+    primitives = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["agent", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "agent", "number"], name="turn_run_agent_number_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.agent or '-'} turn {self.number}"
+
+    def to_dict(self) -> TurnDict:
+        return TurnDict(
+            agent=self.agent,
+            number=self.number,
+            steps=self.steps,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            tokens=self.tokens,
+            peak_utilization=self.peak_utilization,
+            strategy=self.strategy,
+            compressions=self.compressions,
+            primitives=self.primitives,
+            tool_calls=self.tool_calls,
+            started_at=self.started_at.isoformat() if self.started_at else None,
+            ended_at=self.ended_at.isoformat() if self.ended_at else None,
+        )
+
+
+class Step(models.Model):
+    """One LLM call inside a turn. `step_id` is the step's `turn` event id (None when that event has
+    not arrived: a send that failed before its first LLM call, or a batch still in flight)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_set")
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="step_set")
+    agent = models.CharField(max_length=200, blank=True)
+    turn_number = models.PositiveIntegerField()
+    number = models.PositiveIntegerField()  # 1-based within its turn
+    step_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (None = not arrived)
+    model = models.CharField(max_length=200, blank=True)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    total_tokens = models.PositiveBigIntegerField(default=0)
+    finish_reason = models.CharField(max_length=50, blank=True)
+    # None when the trace kept only a digest (Arcana "minimized"), "" when the model said nothing.
+    assistant_text = models.TextField(null=True, blank=True)  # noqa: DJ001
+    tool_calls = models.JSONField(default=list)  # [{id, name, arguments?}] as the turn event lists them
+    messages = models.JSONField(null=True, blank=True)  # ours: messages this step appended to history
+    prompt_snapshot = models.JSONField(null=True, blank=True)  # only when the producer recorded it
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    completed = models.BooleanField(null=True)  # the turn event's assessment
+    failed = models.BooleanField(null=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["agent", "turn_number", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "agent", "turn_number", "number"], name="step_run_agent_turn_number_uniq"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.agent or '-'} {self.turn_number}.{self.number}"
+
+
+class MessageDecisionDict(TypedDict):
+    index: int | None
+    role: str | None
+    outcome: str | None
+    fidelity: str | None
+    relevance_score: float | None
+    token_count_before: int | None
+    token_count_after: int | None
+    reason: str | None
+    pinned: bool
+    pin_id: str | None
+
+
+#: The keys of one message decision, in the order they are stored.
+MESSAGE_DECISION_KEYS: tuple[str, ...] = tuple(MessageDecisionDict.__annotations__)
+
+
+class ContextDecision(models.Model):
+    """What the working-set builder did before one step; one per step.
+
+    The per-message decisions are stored as ONE compact JSON array per decision (`message_decisions`,
+    a list of `MessageDecisionDict` with the fixed keys `MESSAGE_DECISION_KEYS`), not as one row per
+    message. Measured with bench/ingest.py --storage-compare on PostgreSQL (figures filled in below once
+    measured):
+
+    * MEASUREMENT PENDING
+
+    Nothing needs to query a single message decision across decisions with SQL (pages show them per
+    step or per run), so the array wins on every measured path; `pinned_count` / `dropped_count` keep
+    the two aggregates the runs list and turn header filter on as columns.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    step = models.OneToOneField(Step, on_delete=models.CASCADE, related_name="decision")
+    agent = models.CharField(max_length=200, blank=True)
+    turn_number = models.PositiveIntegerField()
+    step_number = models.PositiveIntegerField()
+    strategy = models.CharField(max_length=100, blank=True)
+    budget_total = models.IntegerField(null=True, blank=True)
+    budget_used = models.IntegerField(null=True, blank=True)
+    budget_tools = models.IntegerField(null=True, blank=True)
+    budget_reserve = models.IntegerField(null=True, blank=True)
+    messages_in = models.IntegerField(null=True, blank=True)
+    messages_out = models.IntegerField(null=True, blank=True)
+    compressed_count = models.IntegerField(default=0)
+    pinned_count = models.IntegerField(default=0)
+    dropped_count = models.IntegerField(default=0)
+    explanation = models.TextField(blank=True)
+    utilization = models.FloatField(null=True, blank=True)
+    report = models.JSONField(null=True, blank=True)  # metadata.context_report as written
+    message_decisions = models.JSONField(default=list)  # list[MessageDecisionDict], see the docstring
+
+    class Meta:
+        ordering = ["agent", "turn_number", "step_number"]
+        indexes = [models.Index(fields=["run", "agent", "turn_number"], name="decision_run_turn_idx")]
+
+    def __str__(self) -> str:
+        return f"decision {self.agent or '-'} {self.turn_number}.{self.step_number}"
+
+    def decisions(self) -> list[MessageDecisionDict]:
+        """The per-message decisions in input order."""
+        return list(self.message_decisions)
+
+    @property
+    def fidelity_distribution(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.message_decisions:
+            key = d.get("fidelity") or d.get("outcome") or "?"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def content_hash(text: str | None) -> str:
+    """sha256 hex of pinned content (empty string for no content)."""
+    return hashlib.sha256((text or "").encode("utf-8")).hexdigest() if text is not None else ""
+
+
+class Pin(models.Model):
+    """Content an agent protected, with its lifetime in 1-based turns (docs/trace-format.md, Pins)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="pins")
+    agent = models.CharField(max_length=200, blank=True)
+    pin_id = models.CharField(max_length=100)
+    label = models.CharField(max_length=500, blank=True)
+    content = models.TextField(blank=True)
+    content_hash = models.CharField(max_length=64, blank=True)
+    tokens = models.IntegerField(null=True, blank=True)
+    created_turn = models.PositiveIntegerField()
+    created_step = models.PositiveIntegerField(null=True, blank=True)
+    until_turn = models.IntegerField(null=True, blank=True)
+    unpinned_turn = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_turn", "created_step", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "agent", "pin_id"], name="pin_run_agent_pin_id_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pin_id} ({self.label})"
+
+    def is_active_at(self, turn: int) -> bool:
+        """DESIGN.md §1: created ≤ t, not unpinned before t, and `until_turn` null or ≥ t."""
+        return (
+            self.created_turn <= turn
+            and (self.unpinned_turn is None or self.unpinned_turn >= turn)
+            and (self.until_turn is None or turn <= self.until_turn)
+        )
+
+
+class PrimitiveEvent(models.Model):
+    """One `recall` / `pin` / `unpin` call. `ok` is False when the call did not do what it asked
+    (an error result, `pinned: false`, `unpinned: false`, `found: false`); `note` says why, or what it did."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="primitive_events")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, related_name="primitive_events")
+    agent = models.CharField(max_length=200, blank=True)
+    turn_number = models.PositiveIntegerField(null=True, blank=True)
+    step_number = models.PositiveIntegerField(null=True, blank=True)
+    event_step_id = models.CharField(max_length=200)  # the cognitive_primitive event's own step_id
+    primitive = models.CharField(max_length=50)
+    args = models.JSONField(default=dict)
+    result = models.JSONField(default=dict)
+    ok = models.BooleanField(default=True)
+    note = models.TextField(blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    timestamp = models.DateTimeField()
+
+    class Meta:
+        ordering = ["timestamp", "id"]
+        indexes = [models.Index(fields=["run", "agent", "turn_number"], name="primitive_run_turn_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.primitive} at {self.agent or '-'} turn {self.turn_number}"
+
+
+class Event(models.Model):
+    """One raw trace event, the source of truth. `raw` is the JSON text exactly as received (kept as
+    text: it is written once and read back whole, and text is several times cheaper to write than
+    jsonb). Unique per (project, run_id, step_id): a replay is a duplicate and changes nothing."""
+
+    # No foreign key to Run: an event is keyed by the (project, run_id) it names, so raw rows can be
+    # written before (and independently of) the projection rows; `Run.raw_events()` joins them.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
+    run_id = models.CharField(max_length=200)
+    step_id = models.CharField(max_length=200)
+    parent_step_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (as written)
+    event_type = models.CharField(max_length=100)
+    agent = models.CharField(max_length=200, blank=True)  # metadata.source_agent as written
+    timestamp = models.DateTimeField()
+    raw = models.TextField()
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["timestamp", "step_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "run_id", "step_id"], name="event_project_run_step_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "run_id", "timestamp"], name="event_run_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.step_id}"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The event as a dict (parses `raw`)."""
+        value = json.loads(self.raw)
+        return value if isinstance(value, dict) else {}
+
+
+class Upload(models.Model):
+    """A JSONL file to ingest, processed by the `process_upload` task in chunks with progress."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="uploads")
+    file = models.FileField(upload_to="uploads/%Y/%m/%d/", max_length=300)
+    original_name = models.CharField(max_length=300, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    bytes = models.PositiveBigIntegerField(default=0)
+    lines_total = models.PositiveIntegerField(null=True, blank=True)  # known once the file is read
+    lines_done = models.PositiveIntegerField(default=0)
+    accepted = models.PositiveIntegerField(default=0)
+    duplicates = models.PositiveIntegerField(default=0)
+    rejected = models.PositiveIntegerField(default=0)
+    line_errors = models.JSONField(default=list)  # [{"line": n, "error": "..."}], capped
+    runs = models.JSONField(default=list)  # run ids the file touched, sorted
+    error = models.TextField(blank=True)  # why a failed upload failed as a whole
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    api_key = models.ForeignKey("ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"upload {self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def progress(self) -> float | None:
+        """0..1 once the number of lines is known."""
+        if not self.lines_total:
+            return 1.0 if self.status == self.Status.DONE else None
+        return min(1.0, self.lines_done / self.lines_total)
+
+
+KEY_PREFIX = "arc_"
+
+
+class ApiKey(models.Model):
+    """A project API key. Only its sha256 is stored; the key is shown once, when it is issued."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16)  # the first characters, to tell keys apart in lists
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @staticmethod
+    def hash_key(raw: str) -> str:
+        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def issue(cls, project: Project, name: str = "", created_by: Any = None) -> tuple[ApiKey, str]:
+        """Create a key; returns the row and the raw key (the only time it exists in clear)."""
+        raw = KEY_PREFIX + secrets.token_urlsafe(32)
+        key = cls.objects.create(
+            project=project, name=name, prefix=raw[:12], key_hash=cls.hash_key(raw), created_by=created_by
+        )
+        return key, raw
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
