@@ -96,6 +96,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise expects it even before collectstatic
+# Serve straight from static/ too, so pages are styled before (or without) collectstatic.
+WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = DATA_DIR / "media"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -120,11 +123,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(_BROKER_DIR / "out"),
         "data_folder_out": str(_BROKER_DIR / "out"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        "control_folder": str(_BROKER_DIR / "control"),
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", f"file://{_BROKER_DIR / 'results'}")
     # The file-system transport does not create its folders; the web server and the worker both may.
-    for _folder in ("out", "processed", "results"):
+    for _folder in ("out", "processed", "results", "control"):
         (_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
 else:
     CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)

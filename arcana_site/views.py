@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
-
-from arcana_site.celery import app as celery_app
+from kombu import Connection
 
 
 def _check_database() -> dict[str, object]:
@@ -25,11 +27,17 @@ def _check_database() -> dict[str, object]:
 
 def _check_broker() -> dict[str, object]:
     started = time.monotonic()
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
     try:
-        with celery_app.connection_for_write() as conn:
+        with Connection(settings.CELERY_BROKER_URL, transport_options=options, connect_timeout=2) as conn:
             # One attempt, short timeout: a health probe must answer quickly even when the broker is gone.
             conn.ensure_connection(max_retries=1, timeout=2)
             transport = conn.transport_cls
+            if transport == "filesystem":
+                # The file-system transport "connects" to anything; what matters is a writable queue folder.
+                folder = Path(options["data_folder_out"])
+                if not (folder.is_dir() and os.access(folder, os.W_OK)):
+                    raise OSError(f"broker folder {folder} is missing or not writable")
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     return {"ok": True, "transport": str(transport), "ms": round((time.monotonic() - started) * 1000, 1)}

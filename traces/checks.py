@@ -8,12 +8,11 @@ from django.conf import settings
 from django.core.checks import Tags, Warning, register
 
 
-@register(Tags.database)
-def check_sqlite_concurrency(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
-    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") and settings.ARCANA_WORKER_PROCESSES > 1:
+def sqlite_concurrency_warnings(engine: str, processes: int) -> list[Warning]:
+    if engine.endswith("sqlite3") and processes > 1:
         return [
             Warning(
-                f"SQLite with {settings.ARCANA_WORKER_PROCESSES} worker processes writing at once.",
+                f"SQLite with {processes} worker processes writing at once.",
                 hint="SQLite serialises writers; use PostgreSQL (DATABASE_URL=postgres://…) for more than one worker.",
                 id="arcana.W001",
             )
@@ -21,7 +20,14 @@ def check_sqlite_concurrency(app_configs: Any = None, **kwargs: Any) -> list[War
     return []
 
 
-@register()
+@register(Tags.database)
+def check_sqlite_concurrency(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    return sqlite_concurrency_warnings(
+        settings.DATABASES["default"]["ENGINE"], settings.ARCANA_WORKER_PROCESSES
+    )
+
+
+@register(deploy=True)
 def check_embedded_broker_in_production(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     if not settings.DEBUG and settings.CELERY_BROKER_URL.startswith(("filesystem://", "memory://")):
         return [

@@ -1,0 +1,99 @@
+"""The settings helpers parse the environment strictly and name the variable they reject."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from arcana_site.env import envbool, envbroker, envdatabase, envint, envlist
+from tests.conftest import ROOT
+
+
+def test_it_reads_booleans_strictly() -> None:
+    assert envbool("DEBUG", default=False, environ={"DEBUG": "True"}) is True
+    assert envbool("DEBUG", default=True, environ={"DEBUG": "False"}) is False
+    assert envbool("DEBUG", default=True, environ={}) is True
+    for bad in ("true", "1", "yes", "TRUE "):
+        with pytest.raises(ImproperlyConfigured, match="DEBUG must be 'True' or 'False'"):
+            envbool("DEBUG", default=False, environ={"DEBUG": bad})
+
+
+def test_it_rejects_bad_integers_with_the_variable_name() -> None:
+    assert envint("ARCANA_MAX_UPLOAD_BYTES", default=5, environ={"ARCANA_MAX_UPLOAD_BYTES": "1_000"}) == 1000
+    with pytest.raises(ImproperlyConfigured, match="ARCANA_MAX_UPLOAD_BYTES must be an integer"):
+        envint("ARCANA_MAX_UPLOAD_BYTES", default=5, environ={"ARCANA_MAX_UPLOAD_BYTES": "10MB"})
+    with pytest.raises(ImproperlyConfigured, match="ARCANA_MAX_UPLOAD_BYTES must be at least 1024"):
+        envint("ARCANA_MAX_UPLOAD_BYTES", default=5, minimum=1024, environ={"ARCANA_MAX_UPLOAD_BYTES": "10"})
+
+
+def test_it_rejects_empty_list_items() -> None:
+    assert envlist("ALLOWED_HOSTS", default=[], environ={"ALLOWED_HOSTS": "a.example, b.example"}) == [
+        "a.example",
+        "b.example",
+    ]
+    with pytest.raises(ImproperlyConfigured, match="ALLOWED_HOSTS"):
+        envlist("ALLOWED_HOSTS", default=[], environ={"ALLOWED_HOSTS": "a.example,,b"})
+
+
+def test_it_switches_database_by_url() -> None:
+    sqlite = envdatabase("DATABASE_URL", default="sqlite:///var/x.sqlite3", environ={})
+    assert sqlite.to_django()["ENGINE"] == "django.db.backends.sqlite3"
+    assert sqlite.name == "var/x.sqlite3"
+    pg = envdatabase(
+        "DATABASE_URL", default="", environ={"DATABASE_URL": "postgres://u:p%40ss@db.local:6543/arcana"}
+    )
+    conf = pg.to_django()
+    assert conf["ENGINE"] == "django.db.backends.postgresql"
+    assert (conf["NAME"], conf["USER"], conf["PASSWORD"], conf["HOST"], conf["PORT"]) == (
+        "arcana",
+        "u",
+        "p@ss",
+        "db.local",
+        "6543",
+    )
+    for bad in ("mysql://x/y", "postgres://host/", "sqlite://", "postgres://h:notaport/db"):
+        with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
+            envdatabase("DATABASE_URL", default="", environ={"DATABASE_URL": bad})
+
+
+def test_it_accepts_only_celery_broker_urls() -> None:
+    assert envbroker("CELERY_BROKER_URL", default="filesystem://", environ={}) == "filesystem://"
+    assert envbroker("CELERY_BROKER_URL", default="", environ={"CELERY_BROKER_URL": "redis://h:6379/0"})
+    with pytest.raises(ImproperlyConfigured, match="CELERY_BROKER_URL"):
+        envbroker("CELERY_BROKER_URL", default="", environ={"CELERY_BROKER_URL": "localhost:6379"})
+
+
+def _import_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE")
+    }
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import arcana_site.settings"],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off() -> None:
+    result = _import_settings({"DEBUG": "False"})
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set and DEBUG is off" in result.stderr
+
+
+def test_it_generates_a_development_key_when_debug_is_on() -> None:
+    result = _import_settings({"DEBUG": "True"})
+    assert result.returncode == 0, result.stderr
+
+
+def test_it_names_a_bad_variable_at_start_up() -> None:
+    result = _import_settings({"DEBUG": "yes"})
+    assert result.returncode != 0
+    assert "DEBUG must be 'True' or 'False', got 'yes'" in result.stderr
