@@ -2,3 +2,80 @@
 primitives and traces. Pure Python: nothing here imports Django, DRF, Celery or `traces`."""
 
 from __future__ import annotations
+
+from ._config import RuntimeConfig
+from ._primitives import CognitiveHandler, PinEntry, PinState
+from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
+from ._providers import OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
+from ._session import AgentPool, ChatSession, Reply, Runtime
+from ._tokens import TokenCounter
+from ._tools import Tool, tool
+from ._trace import TraceEvent
+from ._trace_reader import TraceReader
+from ._trace_writer import CallableSink, JsonlFileSink, MultiSink, TraceSink, TraceWriter
+from ._working_set import (
+    ContextDecision,
+    ContextReport,
+    ContextStrategy,
+    MessageDecision,
+    PinBlock,
+    WorkingSet,
+    WorkingSetBuilder,
+)
+from .errors import (
+    ArcanaRuntimeError,
+    ConfigError,
+    ContextOverflowError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderHTTPError,
+    ProviderResponseError,
+    ProviderTimeout,
+    ToolDefinitionError,
+    TraceFormatError,
+)
+
+__all__ = [
+    "AgentPool",
+    "ArcanaRuntimeError",
+    "CallableSink",
+    "ChatSession",
+    "CognitiveHandler",
+    "ConfigError",
+    "ContextDecision",
+    "ContextOverflowError",
+    "ContextReport",
+    "ContextStrategy",
+    "JsonlFileSink",
+    "MessageDecision",
+    "MultiSink",
+    "OpenAICompatibleProvider",
+    "PinBlock",
+    "PinEntry",
+    "PinState",
+    "Provider",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderHTTPError",
+    "ProviderResponse",
+    "ProviderResponseError",
+    "ProviderTimeout",
+    "ProviderTimeouts",
+    "Reply",
+    "Runtime",
+    "RuntimeConfig",
+    "ScriptedProvider",
+    "TokenCounter",
+    "Tool",
+    "ToolCall",
+    "ToolDefinitionError",
+    "TraceEvent",
+    "TraceFormatError",
+    "TraceReader",
+    "TraceSink",
+    "TraceWriter",
+    "Usage",
+    "WorkingSet",
+    "WorkingSetBuilder",
+    "tool",
+]

@@ -1,0 +1,269 @@
+"""Where trace events go: sinks, and the `TraceWriter` that stamps our metadata on every event.
+
+    >>> JsonlFileSink("./traces")                     # <trace_dir>/<run_id>.jsonl, one file per run
+    >>> CallableSink(lambda event: events.append(event))   # in-process: fn(dict) per event
+    >>> MultiSink(JsonlFileSink("./traces"), CallableSink(ingest_one))
+    >>> Runtime(..., trace_sinks=[CallableSink(fn)])  # replaces the default file sink
+
+A sink is anything with `write(event: TraceEvent) -> None` and `close() -> None` (`flush()` is
+optional). Sinks are synchronous and fast (file append, a function call, a queue put); the
+`HttpBatchSink` batches in the background. A sink that raises does not stop a conversation: the error
+is logged and the other sinks still get the event (tracing must never break the agent).
+
+`TraceWriter` is what sessions use: one per run (a chat session, or a whole pool), it adds
+`metadata.producer`, `metadata.turn`, `metadata.step` and, for pool agents, `metadata.source_agent`,
+keeps the run's running budget totals, and serializes every event in the Arcana 1.2 envelope
+(`docs/trace-format.md`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any, Protocol, runtime_checkable
+
+from ._trace import PRODUCER, TraceEvent
+
+logger = logging.getLogger("runtime.trace")
+
+__all__ = ["CallableSink", "JsonlFileSink", "MultiSink", "TraceSink", "TraceWriter", "digest"]
+
+
+@runtime_checkable
+class TraceSink(Protocol):
+    """Receives every event of every run the runtime writes."""
+
+    def write(self, event: TraceEvent) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonlFileSink:
+    """Appends each event as one JSON line to `<trace_dir>/<run_id>.jsonl`.
+
+    Files are opened in append mode, line-buffered, and kept open until `close()` (a long chat writes
+    many events); a lock makes writes from several threads safe and whole-line. Events of one run
+    always go to the same file, so a session restored in another process keeps appending to it."""
+
+    def __init__(self, trace_dir: str | os.PathLike[str]) -> None:
+        self.trace_dir = Path(trace_dir)
+        self._lock = threading.Lock()
+        self._files: dict[str, IO[str]] = {}
+
+    def path_for(self, run_id: str) -> Path:
+        return self.trace_dir / f"{run_id}.jsonl"
+
+    def write(self, event: TraceEvent) -> None:
+        line = event.to_json() + "\n"
+        with self._lock:
+            fh = self._files.get(event.run_id)
+            if fh is None:
+                self.trace_dir.mkdir(parents=True, exist_ok=True)
+                fh = open(self.path_for(event.run_id), "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+                self._files[event.run_id] = fh
+            fh.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            for fh in self._files.values():
+                fh.flush()
+
+    def close_run(self, run_id: str) -> None:
+        """Close the file of one finished run (a later event reopens it in append mode)."""
+        with self._lock:
+            fh = self._files.pop(run_id, None)
+        if fh is not None:
+            fh.close()
+
+    def close(self) -> None:
+        with self._lock:
+            files, self._files = list(self._files.values()), {}
+        for fh in files:
+            fh.close()
+
+    def __repr__(self) -> str:
+        return f"JsonlFileSink({str(self.trace_dir)!r})"
+
+
+class CallableSink:
+    """Calls `fn(event_dict)` for every event, in the writer's thread. `event_dict` is the event as
+    it would be serialized (every envelope key present) — what `POST /api/v1/ingest` takes. Pass
+    `as_dict=False` to receive the `TraceEvent` itself."""
+
+    def __init__(self, fn: Callable[[Any], Any], *, as_dict: bool = True) -> None:
+        self.fn = fn
+        self.as_dict = as_dict
+
+    def write(self, event: TraceEvent) -> None:
+        self.fn(event.to_dict() if self.as_dict else event)
+
+    def close(self) -> None:
+        pass
+
+
+class MultiSink:
+    """Fans every event out to several sinks. One failing sink does not starve the others."""
+
+    def __init__(self, *sinks: TraceSink) -> None:
+        self.sinks: tuple[TraceSink, ...] = tuple(sinks)
+
+    def write(self, event: TraceEvent) -> None:
+        for sink in self.sinks:
+            try:
+                sink.write(event)
+            except Exception:
+                logger.exception("trace sink %r failed to write an event of run %s", sink, event.run_id)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if callable(flush):
+                try:
+                    flush()
+                except Exception:
+                    logger.exception("trace sink %r failed to flush", sink)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                logger.exception("trace sink %r failed to close", sink)
+
+
+def digest(value: Any) -> str:
+    """Arcana's 16-hex digest: SHA-256 of canonical JSON (sorted keys, compact), first 16 hex."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class _Budgets:
+    """Running totals of one run, shared by every agent of a pool."""
+
+    def __init__(self) -> None:
+        self.tokens_used = 0
+        self.time_ms = 0
+        self.iterations_used = 0
+
+    def add(self, total_tokens: int, latency_ms: int) -> dict[str, Any]:
+        self.tokens_used += total_tokens
+        self.time_ms += latency_ms
+        self.iterations_used += 1
+        return self.snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        # Arcana's BudgetSnapshot keys. We have no price table, so cost stays 0.0 (not null: readers sum it).
+        return {
+            "max_tokens": None,
+            "max_cost_usd": None,
+            "max_time_ms": None,
+            "max_iterations": None,
+            "tokens_used": self.tokens_used,
+            "cost_usd": 0.0,
+            "time_ms": self.time_ms,
+            "iterations_used": self.iterations_used,
+        }
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "tokens_used": self.tokens_used,
+            "time_ms": self.time_ms,
+            "iterations_used": self.iterations_used,
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        self.tokens_used = int(data.get("tokens_used", 0))
+        self.time_ms = int(data.get("time_ms", 0))
+        self.iterations_used = int(data.get("iterations_used", 0))
+
+
+class TraceWriter:
+    """Writes the events of one run. `for_agent(name)` gives a view that tags `source_agent`.
+
+    `sink` may be None (tracing off): `emit()` then builds nothing and returns None, so the session
+    code does not branch on whether tracing is on."""
+
+    def __init__(
+        self,
+        sink: TraceSink | None,
+        run_id: str,
+        *,
+        source_agent: str | None = None,
+        _budgets: _Budgets | None = None,
+    ) -> None:
+        self.sink = sink
+        self.run_id = run_id
+        self.source_agent = source_agent
+        self.budgets = _budgets if _budgets is not None else _Budgets()
+
+    @property
+    def enabled(self) -> bool:
+        return self.sink is not None
+
+    def for_agent(self, name: str) -> TraceWriter:
+        """A writer for pool agent `name`: same run, same sink, same budget totals."""
+        return TraceWriter(self.sink, self.run_id, source_agent=name, _budgets=self.budgets)
+
+    def emit(
+        self,
+        event_type: str,
+        *,
+        turn: int | None,
+        step: int | None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_step_id: str | None = None,
+        step_id: str | None = None,
+        **envelope: Any,
+    ) -> TraceEvent | None:
+        """Write one event. `metadata` keys come after producer/turn/step/source_agent; envelope
+        fields (`model`, `llm_latency_ms`, `tool_call`, `budgets`, digests, `stop_reason`, ...) are
+        passed as keywords."""
+        if self.sink is None:
+            return None
+        md: dict[str, Any] = {"producer": PRODUCER, "turn": turn, "step": step}
+        if self.source_agent is not None:
+            md["source_agent"] = self.source_agent
+        if metadata:
+            for key, value in metadata.items():
+                # Never let event-specific metadata overwrite the stamps above.
+                if key not in md:
+                    md[key] = value
+        fields: dict[str, Any] = dict(envelope)
+        if step_id is not None:
+            fields["step_id"] = step_id
+        event = TraceEvent.new(
+            event_type, run_id=self.run_id, parent_step_id=parent_step_id, metadata=_json_safe(md), **fields
+        )
+        try:
+            self.sink.write(event)
+        except Exception:
+            logger.exception("trace sink failed to write a %s event of run %s", event_type, self.run_id)
+        return event
+
+    def flush(self) -> None:
+        flush = getattr(self.sink, "flush", None)
+        if callable(flush):
+            flush()
+
+
+def make_sink(sinks: Iterable[TraceSink] | TraceSink | None) -> TraceSink | None:
+    """One sink for a list of sinks (None when empty)."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, Iterable) or hasattr(sinks, "write"):
+        return sinks  # type: ignore[return-value]
+    items = list(sinks)
+    if not items:
+        return None
+    return items[0] if len(items) == 1 else MultiSink(*items)
+
+
+def _json_safe(value: Any) -> Any:
+    """Round-trip through JSON so an event never holds objects a sink cannot serialize (and never
+    aliases live session state that may change after the event was written)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
