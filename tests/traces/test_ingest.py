@@ -1,0 +1,161 @@
+"""traces.ingest: every sample event accounted for, projections right, order-independent, idempotent."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from runtime._trace_reader import TraceReader
+from tests.traces.helpers import PIN_RUN, SAMPLES, projection_snapshot, sample_events, sample_files
+from traces.ingest import do_rebuild_projections, ingest_events
+from traces.models import ContextDecision, Event, PrimitiveEvent, Project, Run, Step, Team, Turn
+
+
+def test_it_ingests_every_sample_event(project: Project) -> None:
+    events = sample_events()
+    result = ingest_events(project, events, source="cli")
+    assert result.rejected == 0 and result.duplicates == 0
+    assert result.accepted == len(events) == Event.objects.filter(project=project).count()
+    assert [r.status for r in result.results] == ["accepted"] * len(events)
+    assert Run.objects.filter(project=project).count() == len(sample_files())
+    for path in sample_files():
+        run = Run.objects.get(project=project, run_id=path.stem)
+        assert run.events == len(path.read_text().splitlines())
+        assert run.source == Run.Source.ARCANA
+
+
+def test_it_projects_the_pin_recall_run_like_the_reader(project: Project) -> None:
+    ingest_events(project, sample_events(PIN_RUN[:8]), source="cli")
+    run = Run.objects.get(run_id=PIN_RUN)
+    reader = TraceReader(SAMPLES / "pin_recall")
+    summary = reader.summary(PIN_RUN)
+    assert (run.turns, run.steps, run.events, run.primitives) == (10, 10, 42, 9)
+    assert (summary.turns, summary.steps, summary.events, summary.primitives) == (10, 10, 42, 9)
+    assert (run.recall_count, run.pin_count, run.unpin_count) == (3, 4, 2)
+    assert run.model == "mock-gpt" and run.status == Run.Status.COMPLETED
+    assert list(Turn.objects.filter(run=run).values_list("number", flat=True)) == list(range(1, 11))
+    # Decisions: one per step, with their message decisions.
+    first = ContextDecision.objects.get(run=run, turn_number=1)
+    assert first.strategy == "tail_preserve" and (first.messages_in, first.messages_out) == (9, 7)
+    assert first.explanation == "No budget for summary, 2 messages dropped"
+    assert len(first.message_decisions) == 9 and first.dropped_count == 2
+    assert first.message_decisions[1]["outcome"] == "dropped"
+    assert ContextDecision.objects.filter(run=run).count() == 10
+    assert ContextDecision.objects.filter(run=run, pinned_count__gt=0).exists()
+    # Pins and their lifetimes: the reader's view, at every turn.
+    pins = {p.label: p for p in run.pins.all()}
+    assert set(pins) == {"constraints", "customer"}
+    for turn in range(1, 11):
+        ours = sorted(p.pin_id for p in run.active_pins_at(turn))
+        theirs = sorted(p.pin_id for p in reader.active_pins_at(PIN_RUN, turn))
+        assert ours == theirs, turn
+    customer = pins["customer"]
+    active = [t for t in range(1, 11) if customer.is_active_at(t)]
+    assert active == list(range(customer.created_turn, customer.unpinned_turn + 1))
+    assert pins["constraints"].until_turn == 3
+    # Primitive results, as the CLI prints them.
+    notes = list(
+        PrimitiveEvent.objects.filter(run=run).order_by("timestamp").values_list("primitive", "ok", "note")
+    )
+    assert notes[0] == ("pin", True, "pin_id=p_76a38c7e label='constraints'")
+    assert ("recall", True, "turn=2 → 2 messages") in notes
+    assert ("recall", False, "turn out of range: 999, max=4") in notes
+    assert ("unpin", False, "unknown pin_id (already removed or never existed)") in notes
+    assert ("pin", False, "rejected: pin_budget_exceeded") in notes
+    assert all(p.step_id is not None for p in PrimitiveEvent.objects.filter(run=run))
+
+
+def test_it_treats_a_replay_as_duplicates_that_change_nothing(project: Project) -> None:
+    events = sample_events()
+    ingest_events(project, events, source="api")
+    before = projection_snapshot(project)
+    again = ingest_events(project, events, source="api")
+    assert again.accepted == 0 and again.duplicates == len(events)
+    assert Event.objects.count() == len(events)
+    assert projection_snapshot(project) == before
+
+
+def test_it_counts_a_repeat_inside_one_batch_as_a_duplicate(project: Project) -> None:
+    events = sample_events("08b465c7")
+    result = ingest_events(project, [events[0], events[1], events[0]], source="api")
+    assert [r.status for r in result.results] == ["accepted", "accepted", "duplicate"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_it_converges_whatever_the_order_and_batching(project: Project, seed: int) -> None:
+    events = sample_events()
+    ingest_events(project, events, source="api")
+    expected = projection_snapshot(project)
+    other = Project.objects.create(team=project.team, slug=f"shuffled-{seed}")
+    rng = random.Random(seed)
+    shuffled = events[:]
+    rng.shuffle(shuffled)
+    i = 0
+    while i < len(shuffled):
+        n = rng.randint(1, 12)
+        ingest_events(other, shuffled[i : i + n], source="api")
+        i += n
+    assert projection_snapshot(other) == expected
+
+
+def test_it_rebuilds_identical_rows(project: Project) -> None:
+    ingest_events(project, sample_events(), source="api")
+    before = projection_snapshot(project)
+    Step.objects.filter(run__project=project).delete()
+    assert do_rebuild_projections(project=project) == len(sample_files())
+    assert projection_snapshot(project) == before
+
+
+def test_it_keeps_unknown_event_types_and_metadata_raw(project: Project) -> None:
+    ev: dict[str, Any] = dict(sample_events("08b465c7")[0])
+    ev = {
+        **ev,
+        "step_id": "custom-1",
+        "event_type": "galaxy_brain",
+        "metadata": {"whatever": [1, 2]},
+        "x_extra": 1,
+    }
+    result = ingest_events(project, [ev], source="api")
+    assert result.accepted == 1
+    stored = Event.objects.get(step_id="custom-1")
+    assert stored.event_type == "galaxy_brain"
+    assert stored.data["metadata"] == {"whatever": [1, 2]} and stored.data["x_extra"] == 1
+
+
+def test_it_keeps_runs_of_different_projects_apart(project: Project, charlie_project: Project) -> None:
+    events = sample_events("08b465c7")
+    ingest_events(project, events[:1], source="api")
+    result = ingest_events(charlie_project, events, source="api")
+    assert result.accepted == 2  # not a duplicate of alice's copy
+    mine = Run.objects.get(project=project, run_id=events[0]["run_id"])
+    theirs = Run.objects.get(project=charlie_project, run_id=events[0]["run_id"])
+    assert mine.pk != theirs.pk and mine.events == 1 and theirs.events == 2
+
+
+def test_it_rejects_bad_items_and_keeps_the_good_ones(project: Project) -> None:
+    good = sample_events("08b465c7")
+    bad_type = {**good[0], "step_id": 42}
+    missing = {k: v for k, v in good[0].items() if k != "run_id"}
+    result = ingest_events(project, ["nope", good[0], bad_type, missing, [1], good[1]], source="api")
+    assert [r.status for r in result.results] == [
+        "rejected",
+        "accepted",
+        "rejected",
+        "rejected",
+        "rejected",
+        "accepted",
+    ]
+    assert result.results[0].error == "event must be a JSON object, got string"
+    assert result.results[2].error == "'step_id' must be a non-empty string, got number"
+    assert result.results[3].error == "missing required field 'run_id'"
+    assert Event.objects.count() == 2
+
+
+def test_it_works_for_a_team_with_no_other_runs(db: None) -> None:
+    team = Team.objects.create(name="T")
+    project = Project.objects.create(team=team, slug="p")
+    assert ingest_events(project, sample_events("64b15410"), source="cli").accepted == 1
+    run = Run.objects.get(project=project)
+    assert run.turns == 0 and run.events == 1

@@ -1,0 +1,869 @@
+"""The one writer of trace rows (DESIGN.md §3): raw events first, then projections.
+
+Every source — `POST /api/v1/ingest`, the `process_upload` task, `manage.py import_traces`, and the
+worker's in-process sink — calls `ingest_events` (or `ingest_jsonl` for files, which calls it per chunk).
+
+Verbs, as in zulip (STYLE.md item 6): `check_*` validate untrusted input and raise `TraceFormatError`
+with a reason; `do_*` write and assume valid input.
+
+Contract of `ingest_events(project, events, source=...)`:
+
+1. Each item is checked on its own (`check_event`): the Arcana envelope through `TraceEvent.from_dict`
+   (the product's one parser). Unknown event types and metadata keys are legal and kept raw. A bad item
+   is `rejected` with its index and reason; the other items are still written.
+2. Raw first and idempotent: an event is keyed by `(project, run_id, step_id)`. One already stored (or
+   repeated earlier in the same batch) is a `duplicate` and changes nothing.
+3. One transaction per batch. The runs the batch touches are created if missing
+   (`INSERT … ON CONFLICT DO NOTHING`) and locked (`SELECT … FOR UPDATE`, in run_id order so two writers
+   never deadlock); then new raw events are written with one bulk insert.
+4. Projections of every run that gained events are recomputed from ALL its raw events, in a canonical
+   order (timestamp, then step_id), and replace the old ones. The projection is a pure function of the
+   set of raw events, so it converges whatever the order and batching of arrival, and
+   `do_rebuild_projections` gives identical rows. A run first seen in this batch skips the reads (its
+   events are all in memory) and the deletes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any, Literal
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runtime._trace import TraceEvent
+from runtime._trace_reader import StepView, TurnView, build_steps, normalize_events, pin_lifetimes
+from runtime.errors import TraceFormatError
+from traces.models import (
+    MESSAGE_DECISION_KEYS,
+    ContextDecision,
+    Event,
+    MessageDecisionDict,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+)
+
+log = logging.getLogger(__name__)
+
+Status = Literal["accepted", "duplicate", "rejected"]
+Source = Literal["api", "upload", "cli", "worker", "rebuild"]
+
+
+@dataclass(frozen=True)
+class EventResult:
+    """The fate of one input item. `index` is 0-based in the batch (a file line for JSONL callers)."""
+
+    index: int
+    status: Status
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": self.index, "status": self.status}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class IngestResult:
+    """Counts and per-item results of one `ingest_events` call, and the run ids it touched."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    results: list[EventResult] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "rejected": self.rejected,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+@dataclass(frozen=True)
+class CheckedEvent:
+    """A validated event with its raw JSON text, ready for `do_ingest`."""
+
+    index: int
+    event: TraceEvent
+    raw: str
+
+
+# --------------------------------------------------------------------------------------------------
+# check_*
+
+
+def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
+    """Validate one untrusted decoded JSON value as a trace event. Raises `TraceFormatError`."""
+    ev = TraceEvent.from_dict(data, line=index)
+    agent = ev.metadata.get("source_agent")
+    if agent is not None and not isinstance(agent, str):
+        raise TraceFormatError("'metadata.source_agent' must be a string", line=index)
+    return ev
+
+
+def check_events(
+    items: list[Any], *, raw_texts: list[str | None] | None = None
+) -> tuple[list[CheckedEvent], list[EventResult]]:
+    """Check every item; returns the valid ones and a `rejected` result for each bad one."""
+    ok: list[CheckedEvent] = []
+    bad: list[EventResult] = []
+    for i, item in enumerate(items):
+        try:
+            ev = check_event(item)
+        except TraceFormatError as exc:
+            bad.append(EventResult(i, "rejected", exc.reason))
+            continue
+        raw = raw_texts[i] if raw_texts is not None else None
+        if raw is None:
+            raw = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+        ok.append(CheckedEvent(i, ev, raw))
+    return ok, bad
+
+
+# --------------------------------------------------------------------------------------------------
+# The entry point
+
+
+def ingest_events(
+    project: Project,
+    events: list[Any],
+    *,
+    source: Source,
+    raw_texts: list[str | None] | None = None,
+) -> IngestResult:
+    """Validate and store a batch of events for `project`; see the module docstring for the contract.
+
+    `raw_texts[i]`, when given, is the exact JSON text of `events[i]` (JSONL callers pass the line, so
+    the stored raw event is byte-for-byte what the producer wrote). Results are in input order.
+    """
+    checked, rejected = check_events(events, raw_texts=raw_texts)
+    statuses = do_ingest(project, checked) if checked else {}
+    result = IngestResult()
+    by_index = {r.index: r for r in rejected}
+    for c in checked:
+        by_index[c.index] = EventResult(c.index, statuses[c.index])
+    result.results = [by_index[i] for i in range(len(events))]
+    for r in result.results:
+        if r.status == "accepted":
+            result.accepted += 1
+        elif r.status == "duplicate":
+            result.duplicates += 1
+        else:
+            result.rejected += 1
+    result.runs = sorted({c.event.run_id for c in checked})
+    log.debug("ingest via %s: %s accepted, %s duplicates", source, result.accepted, result.duplicates)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# do_*
+
+
+def _lock_runs(project: Project, run_ids: list[str]) -> dict[str, Run]:
+    """Create the runs that do not exist and lock them all. Must run inside a transaction.
+
+    Why: two writers streaming the same run would otherwise both read "no events yet" and write
+    projections over each other. Creating with ON CONFLICT DO NOTHING then locking with FOR UPDATE
+    serialises them per run; sorting the ids gives every writer the same lock order (no deadlock).
+    """
+    now = timezone.now()
+    Run.objects.bulk_create(
+        [Run(project=project, run_id=rid, created_at=now, updated_at=now) for rid in run_ids],
+        ignore_conflicts=True,
+    )
+    locked = Run.objects.select_for_update().filter(project=project, run_id__in=run_ids).order_by("run_id")
+    return {run.run_id: run for run in locked}
+
+
+def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status]:
+    """Write valid events (raw first), then recompute the projections of the runs that gained events.
+
+    One transaction; returns `accepted` / `duplicate` per input index."""
+    statuses: dict[int, Status] = {}
+    by_run: dict[str, dict[str, CheckedEvent]] = {}
+    for c in checked:
+        run_events = by_run.setdefault(c.event.run_id, {})
+        if c.event.step_id in run_events:
+            statuses[c.index] = "duplicate"  # repeated inside this batch: the first one wins
+        else:
+            run_events[c.event.step_id] = c
+    run_ids = sorted(by_run)
+    with transaction.atomic():
+        runs = _lock_runs(project, run_ids)
+        # Runs with stored events may already hold some of these; new runs cannot (we hold their lock).
+        existing: set[tuple[str, str]] = set()
+        seen_runs = [rid for rid in run_ids if runs[rid].events > 0]
+        if seen_runs:
+            step_ids = [sid for rid in seen_runs for sid in by_run[rid]]
+            existing = set(
+                Event.objects.filter(project=project, run_id__in=seen_runs, step_id__in=step_ids).values_list(
+                    "run_id", "step_id"
+                )
+            )
+        now = timezone.now()
+        new_rows: list[Event] = []
+        fresh: dict[str, list[TraceEvent]] = {}
+        for rid in run_ids:
+            for sid, c in by_run[rid].items():
+                if (rid, sid) in existing:
+                    statuses[c.index] = "duplicate"
+                    continue
+                statuses[c.index] = "accepted"
+                ev = c.event
+                new_rows.append(
+                    Event(
+                        project=project,
+                        run_id=rid,
+                        step_id=sid,
+                        parent_step_id=ev.parent_step_id,
+                        event_type=ev.event_type,
+                        agent=ev.source_agent or "",
+                        timestamp=ev.timestamp_dt,
+                        raw=c.raw,
+                        received_at=now,
+                    )
+                )
+                fresh.setdefault(rid, []).append(ev)
+        Event.objects.bulk_create(new_rows, batch_size=1000)
+        changed = [runs[rid] for rid in run_ids if rid in fresh]
+        old = [run for run in changed if run.events > 0]
+        events_of: dict[int, list[TraceEvent]] = {
+            run.pk: fresh[run.run_id] for run in changed if run.events == 0
+        }
+        events_of.update(_load_events(project, old))
+        do_write_projections(changed, events_of, replace=[run.pk for run in old])
+    return statuses
+
+
+def _load_events(project: Project, runs: list[Run]) -> dict[int, list[TraceEvent]]:
+    """Every stored event of these runs, parsed (they were validated when stored)."""
+    if not runs:
+        return {}
+    pk_of = {run.run_id: run.pk for run in runs}
+    out: dict[int, list[TraceEvent]] = {run.pk: [] for run in runs}
+    rows = Event.objects.filter(project=project, run_id__in=list(pk_of)).values_list("run_id", "raw")
+    for rid, raw in rows.iterator(chunk_size=2000):
+        out[pk_of[rid]].append(TraceEvent.from_dict(json.loads(raw)))
+    return out
+
+
+def do_rebuild_projections(*, project: Project | None = None, run_id: str | None = None) -> int:
+    """Recompute projections of every run (of `project`, or the one `run_id`) from raw events.
+
+    Gives the same rows as ingestion did. One transaction per run, with the run locked. Returns the
+    number of runs rebuilt."""
+    qs = Run.objects.all()
+    if project is not None:
+        qs = qs.filter(project=project)
+    if run_id is not None:
+        qs = qs.filter(run_id=run_id)
+    count = 0
+    for pk in qs.order_by("pk").values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().select_related("project").get(pk=pk)
+            events = _load_events(run.project, [run])
+            do_write_projections([run], events, replace=[run.pk])
+        count += 1
+    return count
+
+
+# --------------------------------------------------------------------------------------------------
+# Projections (pure computation, then bulk writes)
+
+
+def _sort_key(ev: TraceEvent) -> tuple[datetime, str]:
+    return (ev.timestamp_dt, ev.step_id)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def message_decision(d: Any) -> MessageDecisionDict:
+    """One message decision with the fixed keys (`pinned` true for `reason == "pinned"` as well)."""
+    src = _dict(d)
+    return MessageDecisionDict(
+        index=_int(src.get("index")),
+        role=_str(src.get("role")),
+        outcome=_str(src.get("outcome")),
+        fidelity=_str(src.get("fidelity")),
+        relevance_score=_num(src.get("relevance_score")),
+        token_count_before=_int(src.get("token_count_before")),
+        token_count_after=_int(src.get("token_count_after")),
+        reason=_str(src.get("reason")),
+        pinned=src.get("pinned") is True or src.get("reason") == "pinned",
+        pin_id=_str(src.get("pin_id")),
+    )
+
+
+assert set(MESSAGE_DECISION_KEYS) == set(MessageDecisionDict.__annotations__)
+
+
+def _usage(usage: Any) -> tuple[int, int, int]:
+    u = _dict(usage)
+    p = _int(u.get("prompt_tokens")) or 0
+    c = _int(u.get("completion_tokens")) or 0
+    t = _int(u.get("total_tokens")) or (p + c)
+    return p, c, t
+
+
+def primitive_outcome(primitive: str, result: Any) -> tuple[bool, str]:
+    """Whether a primitive call did what it asked, and a one-line note (what the CLI prints)."""
+    r = _dict(result)
+    if not isinstance(result, dict):
+        return False, "no result"
+    if r.get("error"):
+        detail = _str(r.get("detail"))
+        return False, f"{r['error']}: {detail}" if detail else str(r["error"])
+    if primitive == "pin":
+        if r.get("pinned") is False:
+            return False, f"rejected: {r.get('reason') or 'unknown reason'}"
+        if r.get("already_pinned") is True:
+            return True, f"already pinned as {r.get('pin_id')}"
+        return True, f"pin_id={r.get('pin_id')} label={r.get('label')!r}"
+    if primitive == "unpin":
+        if r.get("unpinned") is False:
+            return False, _str(r.get("note")) or f"{r.get('pin_id')} not unpinned"
+        return True, f"unpinned {r.get('pin_id')}"
+    if primitive == "recall":
+        if r.get("found") is False:
+            return False, _str(r.get("note")) or "not found"
+        messages = r.get("messages")
+        n = len(messages) if isinstance(messages, list) else 0
+        return True, f"turn={r.get('turn')} → {n} messages"
+    return True, _str(r.get("note")) or ""
+
+
+@dataclass
+class _Projection:
+    run_fields: dict[str, Any]
+    turns: list[Turn]
+    steps: list[tuple[int, Step]]  # (index of its turn in `turns`, step)
+    decisions: list[tuple[int, ContextDecision]]  # (index of its step in `steps`, decision)
+    primitives: list[tuple[int | None, PrimitiveEvent]]
+    pins: list[Pin]
+
+
+def _step_row(run: Run, sv: StepView) -> Step:
+    te = sv.turn_event
+    md = te.metadata if te is not None else {}
+    facts = _dict(md.get("facts"))
+    assessment = _dict(md.get("assessment"))
+    prompt, completion, total = _usage(facts.get("usage"))
+    chat_calls = [e for e in sv.llm_calls if e.metadata.get("purpose") != "summarize" and e.is_ours]
+    if not facts.get("usage") and chat_calls:
+        for e in chat_calls:
+            p, c, t = _usage(e.metadata.get("usage"))
+            prompt, completion, total = prompt + p, completion + c, total + t
+    model = (te.model if te is not None else None) or ""
+    if not model and sv.prompt_snapshot is not None:
+        model = (
+            sv.prompt_snapshot.model
+            or _str(_dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")).get("model"))
+            or ""
+        )
+    if not model:
+        model = next((e.model for e in chat_calls if e.model), "") or ""
+    latency = te.llm_latency_ms if te is not None else None
+    if latency is None and chat_calls:
+        lat = [_int(e.metadata.get("latency_ms")) or e.llm_latency_ms for e in chat_calls]
+        latency = sum(x for x in lat if x is not None) if any(x is not None for x in lat) else None
+    tool_calls = facts.get("tool_calls")
+    snapshot = sv.prompt_snapshot.metadata.get("prompt_snapshot") if sv.prompt_snapshot is not None else None
+    messages = md.get("messages")
+    completed = assessment.get("completed")
+    failed = assessment.get("failed")
+    return Step(
+        run=run,
+        agent=sv.agent or "",
+        turn_number=sv.turn,
+        number=sv.step,
+        step_id=sv.step_id,
+        model=model[:200],
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total,
+        finish_reason=(_str(facts.get("finish_reason")) or "")[:50],
+        assistant_text=_str(facts.get("assistant_text")),
+        tool_calls=tool_calls if isinstance(tool_calls, list) else [],
+        messages=messages if isinstance(messages, list) else None,
+        prompt_snapshot=snapshot if isinstance(snapshot, dict) else None,
+        latency_ms=latency if latency is None or latency >= 0 else None,
+        completed=completed if isinstance(completed, bool) else None,
+        failed=failed if isinstance(failed, bool) else None,
+        started_at=min(ne.event.timestamp_dt for ne in sv.events),
+    )
+
+
+def _decision_row(run: Run, sv: StepView) -> ContextDecision | None:
+    cd = sv.context_decision
+    if cd is None:
+        return None
+    md = cd.metadata
+    d = _dict(md.get("context_decision"))
+    report = md.get("context_report")
+    rows = [message_decision(x) for x in d.get("decisions") or [] if isinstance(x, dict)]
+    explanation = _str(d.get("explanation")) or _str(md.get("explanation")) or ""
+    compressed = _int(d.get("compressed_count"))
+    if compressed is None:
+        compressed = _int(md.get("compressed_count")) or 0
+    return ContextDecision(
+        run=run,
+        agent=sv.agent or "",
+        turn_number=sv.turn,
+        step_number=sv.step,
+        strategy=(_str(d.get("strategy")) or _str(_dict(report).get("strategy_used")) or "")[:100],
+        budget_total=_int(d.get("budget_total")),
+        budget_used=_int(d.get("budget_used")),
+        budget_tools=_int(d.get("budget_tools")),
+        budget_reserve=_int(d.get("budget_reserve")),
+        messages_in=_int(d.get("messages_in", md.get("messages_in"))),
+        messages_out=_int(d.get("messages_out", md.get("messages_out"))),
+        compressed_count=compressed,
+        pinned_count=sum(1 for r in rows if r["pinned"]),
+        dropped_count=sum(1 for r in rows if r["outcome"] == "dropped"),
+        explanation=explanation,
+        utilization=_num(_dict(report).get("utilization")),
+        report=report if isinstance(report, dict) else None,
+        message_decisions=rows,
+    )
+
+
+def _primitive_row(run: Run, ev: TraceEvent, sv: StepView | None, agent: str | None) -> PrimitiveEvent:
+    md = ev.metadata
+    primitive = _str(md.get("primitive")) or ""
+    result = md.get("result")
+    ok, note = primitive_outcome(primitive, result)
+    args = md.get("args")
+    return PrimitiveEvent(
+        run=run,
+        agent=(sv.agent if sv is not None else agent) or "",
+        turn_number=sv.turn if sv is not None else None,
+        step_number=sv.step if sv is not None else None,
+        event_step_id=ev.step_id,
+        primitive=primitive[:50],
+        args=args if isinstance(args, dict) else {},
+        result=result if isinstance(result, dict) else {},
+        ok=ok,
+        note=note,
+        tool_call_id=(_str(md.get("tool_call_id")) or "")[:200],
+        timestamp=ev.timestamp_dt,
+    )
+
+
+def _run_status(events: list[TraceEvent], turns: list[TurnView]) -> str:
+    last = events[-1]
+    if last.event_type == "error" or any(e.stop_reason == "error" for e in events):
+        return Run.Status.FAILED
+    last_turn = max(
+        (sv.turn_event for tv in turns for sv in tv.steps if sv.turn_event is not None),
+        key=_sort_key,
+        default=None,
+    )
+    if last_turn is not None:
+        md = last_turn.metadata
+        assessment = _dict(md.get("assessment"))
+        facts = _dict(md.get("facts"))
+        if assessment.get("failed") is True:
+            return Run.Status.FAILED
+        if assessment.get("completed") is True:
+            return Run.Status.COMPLETED
+        if facts.get("finish_reason") == "stop" and not facts.get("tool_calls"):
+            return Run.Status.COMPLETED
+    if last.stop_reason:
+        return Run.Status.COMPLETED
+    return Run.Status.RUNNING
+
+
+def project_run(run: Run, events: list[TraceEvent]) -> _Projection:
+    """Compute every projection row of `run` from its raw events (pure; no database access)."""
+    events = sorted(events, key=_sort_key)
+    normalized = normalize_events(events)
+    turn_views = build_steps(normalized)
+    turns: list[Turn] = []
+    steps: list[tuple[int, Step]] = []
+    decisions: list[tuple[int, ContextDecision]] = []
+    primitives: list[tuple[int | None, PrimitiveEvent]] = []
+    step_models: Counter[str] = Counter()
+    for tv in turn_views:
+        turn = Turn(run=run, agent=tv.agent or "", number=tv.turn)
+        t_index = len(turns)
+        turns.append(turn)
+        utils: list[float] = []
+        strategy = ""
+        for sv in tv.steps:
+            step = _step_row(run, sv)
+            s_index = len(steps)
+            steps.append((t_index, step))
+            if step.model:
+                step_models[step.model] += 1
+            turn.steps += 1
+            turn.prompt_tokens += step.prompt_tokens
+            turn.completion_tokens += step.completion_tokens
+            turn.tokens += step.total_tokens
+            turn.tool_calls += len(sv.tool_calls)
+            turn.primitives += len(sv.primitive_calls)
+            decision = _decision_row(run, sv)
+            if decision is not None:
+                decisions.append((s_index, decision))
+                turn.compressions += decision.compressed_count
+                strategy = decision.strategy or strategy
+                if decision.utilization is not None:
+                    utils.append(decision.utilization)
+            for ev in sv.primitive_calls:
+                primitives.append((s_index, _primitive_row(run, ev, sv, None)))
+            stamps = [ne.event.timestamp_dt for ne in sv.events]
+            turn.started_at = min([turn.started_at, *stamps] if turn.started_at else stamps)
+            turn.ended_at = max([turn.ended_at, *stamps] if turn.ended_at else stamps)
+        turn.strategy = strategy
+        turn.peak_utilization = max(utils) if utils else None
+    # Primitive calls whose step is not known yet (its turn event has not arrived).
+    for ne in normalized:
+        if ne.event_type == "cognitive_primitive" and ne.turn is None:
+            primitives.append((None, _primitive_row(run, ne.event, None, ne.agent)))
+    pins = [
+        Pin(
+            run=run,
+            agent=p.agent or "",
+            pin_id=p.pin_id[:100],
+            label=(p.label or "")[:500],
+            content=p.content or "",
+            content_hash=hashlib.sha256(p.content.encode("utf-8")).hexdigest() if p.content else "",
+            tokens=p.tokens,
+            created_turn=p.created_turn,
+            created_step=p.created_step,
+            until_turn=p.until_turn,
+            unpinned_turn=p.unpinned_turn,
+        )
+        for p in pin_lifetimes(turn_views)
+    ]
+    by_primitive = Counter(
+        ev.metadata.get("primitive") for ev in events if ev.event_type == "cognitive_primitive"
+    )
+    utils_all = [t.peak_utilization for t in turns if t.peak_utilization is not None]
+    model = (
+        step_models.most_common(1)[0][0] if step_models else next((e.model for e in events if e.model), "")
+    )
+    run_fields = {
+        "source": Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA,
+        "agents": sorted({ne.agent for ne in normalized if ne.agent}),
+        "model": (model or "")[:200],
+        "status": _run_status(events, turn_views),
+        "started_at": events[0].timestamp_dt,
+        "ended_at": events[-1].timestamp_dt,
+        "turns": len(turns),
+        "steps": len(steps),
+        "events": len(events),
+        "prompt_tokens": sum(t.prompt_tokens for t in turns),
+        "completion_tokens": sum(t.completion_tokens for t in turns),
+        "tokens": sum(t.tokens for t in turns),
+        "tool_calls": sum(1 for e in events if e.event_type == "tool_call"),
+        "errors": sum(1 for e in events if e.event_type == "error"),
+        "primitives": sum(by_primitive.values()),
+        "recall_count": by_primitive.get("recall", 0),
+        "pin_count": by_primitive.get("pin", 0),
+        "unpin_count": by_primitive.get("unpin", 0),
+        "peak_utilization": max(utils_all) if utils_all else None,
+    }
+    return _Projection(run_fields, turns, steps, decisions, primitives, pins)
+
+
+_RUN_FIELDS = (
+    "source agents model status started_at ended_at turns steps events prompt_tokens completion_tokens "
+    "tokens tool_calls errors primitives recall_count pin_count unpin_count peak_utilization updated_at"
+).split()
+
+
+def do_write_projections(
+    runs: list[Run], events_of: dict[int, list[TraceEvent]], *, replace: list[int]
+) -> None:
+    """Replace the projection rows of `runs` with ones computed from `events_of[run.pk]`.
+
+    Must run inside a transaction holding the runs' row locks. `replace` names the runs that may have
+    projection rows already (they are deleted first); the others are known to have none."""
+    if replace:
+        # Children first; `_raw_delete` is one DELETE per table with no collector round trips, which is
+        # safe because nothing else points at these rows and they have no signals.
+        for model in (ContextDecision, PrimitiveEvent, Pin, Step, Turn):
+            qs = model.objects.filter(run_id__in=replace)
+            qs._raw_delete(qs.db)
+    projections = [project_run(run, events_of[run.pk]) for run in runs]
+    now = timezone.now()
+    for run, proj in zip(runs, projections, strict=True):
+        for key, value in proj.run_fields.items():
+            setattr(run, key, value)
+        run.updated_at = now
+    Run.objects.bulk_update(runs, _RUN_FIELDS)
+    turns = [t for p in projections for t in p.turns]
+    Turn.objects.bulk_create(turns, batch_size=1000)
+    steps: list[Step] = []
+    for proj in projections:
+        for t_index, step in proj.steps:
+            step.turn = proj.turns[t_index]
+            steps.append(step)
+    Step.objects.bulk_create(steps, batch_size=1000)
+    decisions: list[ContextDecision] = []
+    primitives: list[PrimitiveEvent] = []
+    for proj in projections:
+        for s_index, decision in proj.decisions:
+            decision.step = proj.steps[s_index][1]
+            decisions.append(decision)
+        for s_index_or_none, prim in proj.primitives:
+            prim.step = proj.steps[s_index_or_none][1] if s_index_or_none is not None else None
+            primitives.append(prim)
+    ContextDecision.objects.bulk_create(decisions, batch_size=500)
+    PrimitiveEvent.objects.bulk_create(primitives, batch_size=1000)
+    Pin.objects.bulk_create([p for proj in projections for p in proj.pins], batch_size=1000)
+
+
+# --------------------------------------------------------------------------------------------------
+# JSONL files (uploads and import_traces)
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "error": self.error}
+
+
+@dataclass
+class JsonlResult:
+    """Totals of one file. `line_errors` are capped at `MAX_LINE_ERRORS` (the counts are not)."""
+
+    lines: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    line_errors: list[LineError] = field(default_factory=list)
+    runs: set[str] = field(default_factory=set)
+
+    def add_error(self, line: int, error: str) -> None:
+        self.rejected += 1
+        if len(self.line_errors) < MAX_LINE_ERRORS:
+            self.line_errors.append(LineError(line, error))
+
+
+MAX_LINE_ERRORS = 1000
+
+
+def max_line_bytes() -> int:
+    """The longest JSONL line accepted: one event may not exceed the API batch limit."""
+    return int(settings.ARCANA_MAX_INGEST_BYTES)
+
+
+def open_jsonl(fh: IO[bytes], *, name: str = "") -> IO[bytes]:
+    """Wrap `fh` in a gzip reader when the file is gzip (by magic bytes, whatever its name)."""
+    head = fh.read(2)
+    fh.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    return fh
+
+
+def iter_jsonl(
+    fh: IO[bytes], *, limit: int | None = None
+) -> Iterator[tuple[int, Any, str | None, str | None]]:
+    """Yield `(line, value, raw_text, error)` for every non-blank line of a JSONL stream.
+
+    `line` is 1-based. On a good line `value` is the decoded JSON and `error` None; on a bad one
+    `value` is None and `error` says why. A UTF-8 BOM on line 1 and CRLF endings are accepted. A line
+    longer than `limit` bytes is skipped without being held in memory. A stream that cannot be read
+    further (a truncated gzip) yields one error at the line where reading stopped, then ends.
+    """
+    limit = limit or max_line_bytes()
+    number = 0
+    while True:
+        try:
+            raw = fh.readline(limit + 1)
+        except (EOFError, OSError, zlib.error) as exc:
+            yield number + 1, None, None, f"cannot read further: {_read_error(exc)}"
+            return
+        if not raw:
+            return
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            # Skip the rest of an oversized line in bounded reads.
+            try:
+                while True:
+                    more = fh.readline(1 << 20)
+                    if not more or more.endswith(b"\n"):
+                        break
+            except (EOFError, OSError, zlib.error) as exc:
+                yield number, None, None, f"line is longer than the {limit:,}-byte limit for one event"
+                yield number + 1, None, None, f"cannot read further: {_read_error(exc)}"
+                return
+            yield number, None, None, f"line is longer than the {limit:,}-byte limit for one event"
+            continue
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        raw = raw.rstrip(b"\r\n")
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield number, None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}"
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield number, None, None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+            continue
+        yield number, value, text, None
+
+
+def _read_error(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "the compressed file ended before its end-of-stream marker (truncated gzip)"
+    return str(exc) or type(exc).__name__
+
+
+def count_lines(fh: IO[bytes]) -> int:
+    """The number of lines in a (possibly gzip) stream, reading what can be read."""
+    n = 0
+    last = b"\n"
+    try:
+        while chunk := fh.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    except (EOFError, OSError, zlib.error):
+        pass
+    return n + (0 if last == b"\n" else 1)
+
+
+def ingest_jsonl(
+    project: Project,
+    fh: IO[bytes],
+    *,
+    source: Source,
+    chunk_lines: int = 500,
+    skip_lines: int = 0,
+    on_chunk: Callable[[int, JsonlResult], bool | None] | None = None,
+) -> JsonlResult:
+    """Ingest a JSONL stream in chunks of `chunk_lines` lines, one `ingest_events` call per chunk.
+
+    A bad line is a line error and never costs the good lines around it. `skip_lines` resumes after
+    a cursor (lines before it are not re-read into the database). `on_chunk(last_line, totals)` runs
+    after each chunk is committed; returning True stops early (the caller re-queues with a cursor)."""
+    total = JsonlResult()
+    buf: list[Any] = []
+    texts: list[str | None] = []
+    lines: list[int] = []
+    last_line = 0
+    since_flush = 0
+
+    def flush() -> bool:
+        if buf:
+            res = ingest_events(project, buf, source=source, raw_texts=texts)
+            total.accepted += res.accepted
+            total.duplicates += res.duplicates
+            total.runs.update(res.runs)
+            for r in res.results:
+                if r.status == "rejected":
+                    total.add_error(lines[r.index], r.error or "rejected")
+            buf.clear()
+            texts.clear()
+            lines.clear()
+        total.lines = last_line
+        return bool(on_chunk(last_line, total)) if on_chunk is not None else False
+
+    for number, value, text, error in iter_jsonl(fh):
+        last_line = max(last_line, number)
+        if number <= skip_lines:
+            continue
+        if error is not None:
+            total.add_error(number, error)
+        else:
+            buf.append(value)
+            texts.append(text)
+            lines.append(number)
+        since_flush += 1
+        # Flush on lines read, not only on good lines, so progress moves through a run of bad lines.
+        if since_flush >= chunk_lines:
+            since_flush = 0
+            if flush():
+                return total
+    flush()
+    return total
+
+
+def read_body(data: bytes, *, gzip_encoded: bool, limit: int) -> bytes:
+    """Decode a request body; raises `BodyTooLarge` when the decoded size exceeds `limit` bytes
+    (a gzip bomb is refused while decompressing, never truncated) and `ValueError` for bad gzip."""
+    if not gzip_encoded:
+        if len(data) > limit:
+            raise BodyTooLarge(limit)
+        return data
+    out = io.BytesIO()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        chunk = d.decompress(data, limit + 1)
+        out.write(chunk)
+        if out.tell() > limit or d.unconsumed_tail:
+            raise BodyTooLarge(limit)
+        out.write(d.flush())
+    except zlib.error as exc:
+        raise ValueError(f"body is not valid gzip: {exc}") from None
+    if not d.eof:
+        raise ValueError("body is not valid gzip: the compressed data ended early (truncated)")
+    if out.tell() > limit:
+        raise BodyTooLarge(limit)
+    return out.getvalue()
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body is larger than the {limit:,}-byte limit")
+        self.limit = limit
+
+
+def iter_chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
