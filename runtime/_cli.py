@@ -228,7 +228,10 @@ def _event_detail(ev: TraceEvent) -> str:
         return f"{finish}  {_num(chars)} chars"
     if kind == "llm_call":
         usage = _dict(md.get("usage"))
-        parts = [str(md.get("purpose") or "call"), f"model={ev.model or '?'}"]
+        parts = [str(md.get("purpose") or "llm call")]
+        if md.get("provider"):
+            parts.append(f"provider={md['provider']}")
+        parts.append(f"model={ev.model or '?'}")
         if usage:
             parts.append(f"tokens {_num(usage.get('prompt_tokens'))}+{_num(usage.get('completion_tokens'))}")
         lat = md.get("latency_ms", ev.llm_latency_ms)
@@ -434,7 +437,7 @@ def cmd_list(c: Command) -> int:
                     "PRODUCER",
                 ],
                 rows,
-                align="lrrrrrrll",
+                align="llrrrrrll",
                 max_widths=[None, 24],
             )
         )
@@ -967,7 +970,8 @@ def cmd_flow(c: Command) -> int:
         c.out.raw_json({"run_id": rid, "turns": [_flow_turn_json(tv) for tv in turns]})
         return c.report_line_errors(files)
     n_steps = sum(len(tv.steps) for tv in turns)
-    c.out.line(f"Flow — run {rid} · {len({(t.agent, t.turn) for t in turns})} turns · {n_steps} steps")
+    n_turns = len({(t.agent, t.turn) for t in turns})
+    c.out.line(f"Flow — run {rid} · {_plural(n_turns, 'turn')} · {_plural(n_steps, 'step')}")
     if arcana:
         c.out.line("(arcana-agent 1.2 file: one turn per LLM iteration, turn = iteration + 1)")
     last_status = None
@@ -1001,6 +1005,10 @@ def cmd_flow(c: Command) -> int:
         c.out.line()
         c.out.line(f"  → stop: {last_status or 'in progress'}")
     return c.report_line_errors(files)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _index_of(sv: StepView, ev: TraceEvent) -> int:
