@@ -4,6 +4,7 @@ primitives and traces. Pure Python: nothing here imports Django, DRF, Celery or 
 from __future__ import annotations
 
 from ._config import RuntimeConfig
+from ._http_sink import HttpBatchSink
 from ._primitives import CognitiveHandler, PinEntry, PinState
 from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
 from ._providers import OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
@@ -46,6 +47,7 @@ __all__ = [
     "ContextOverflowError",
     "ContextReport",
     "ContextStrategy",
+    "HttpBatchSink",
     "JsonlFileSink",
     "MessageDecision",
     "MultiSink",

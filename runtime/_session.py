@@ -586,8 +586,8 @@ class ChatSession:
         path = self.runtime.trace_file(self.run_id)
         if path is None or not path.exists():
             return None
-        self.writer.flush()
-        # A fresh reader every time: the file grows during the session.
+        # JsonlFileSink is line-buffered, so the file already holds every event written. A fresh reader
+        # every time: the file grows during the session.
         return TraceReader(path).messages_for_turn(self.run_id, turn, agent=self.agent)
 
     # -- trace events --------------------------------------------------------------------------

@@ -1,0 +1,59 @@
+"""`runtime.__all__` is the public surface: exactly the public names, sorted (STYLE.md item 1)."""
+
+from __future__ import annotations
+
+import runtime
+
+
+def test_it_exports_exactly_the_public_names() -> None:
+    public = {name for name in vars(runtime) if not name.startswith("_") and name != "annotations"}
+    # Submodules imported by the package are attributes too; they are not part of the surface.
+    modules = {name for name in public if type(getattr(runtime, name)).__name__ == "module"}
+    assert set(runtime.__all__) == public - modules
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert runtime.__all__ == sorted(set(runtime.__all__))
+
+
+def test_the_issue_surface_is_exported() -> None:
+    required = {
+        "Runtime",
+        "RuntimeConfig",
+        "ChatSession",
+        "AgentPool",
+        "Reply",
+        "ScriptedProvider",
+        "OpenAICompatibleProvider",
+        "ProviderTimeouts",
+        "tool",
+        "TraceEvent",
+        "JsonlFileSink",
+        "CallableSink",
+        "HttpBatchSink",
+        "MultiSink",
+        "TraceReader",
+        "ContextDecision",
+        "MessageDecision",
+        "ContextStrategy",
+        "WorkingSetBuilder",
+        "TokenCounter",
+        "PinBlock",
+        "ArcanaRuntimeError",
+        "ConfigError",
+        "ContextOverflowError",
+        "ProviderError",
+        "ProviderTimeout",
+        "ProviderHTTPError",
+        "ProviderConnectionError",
+        "ProviderResponseError",
+        "ToolDefinitionError",
+        "TraceFormatError",
+    }
+    assert required <= set(runtime.__all__)
+    for name in runtime.__all__:
+        assert getattr(runtime, name) is not None
+
+
+def test_the_module_docstring_is_kept() -> None:
+    assert runtime.__doc__ and "Pure Python" in runtime.__doc__
