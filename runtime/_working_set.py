@@ -537,9 +537,17 @@ _ALARM = re.compile(r"error|failed|recovery|exception", re.IGNORECASE)
 _BASE_SCORE = {"tool": 0.5, "assistant": 0.3, "user": 0.2}
 
 
+# Words too common to say two messages are about the same thing.
+_STOPWORDS = frozenset(
+    "the and for you are was were with that this have has had not but all any can from they them their "
+    "there what when where which who will would should could about into than then also just like some "
+    "our your its his her she him how why yes please thanks thank been being does did done".split()
+)
+
+
 @functools.lru_cache(maxsize=32_768)
 def _keywords(text: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _WORD.findall(text))
+    return frozenset(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS)
 
 
 @functools.lru_cache(maxsize=32_768)
