@@ -1,0 +1,421 @@
+"""The REST API under /api/v1/: batch ingest, JSONL uploads, and the read API over projections.
+
+Every endpoint is scoped to the caller: an API key sees its project; a logged-in user sees the projects
+of their teams. Anything outside that scope is a 404, never a 403 (DESIGN.md §8). Bad input gets one
+error shape (STYLE.md item 9): `{"error": "...", "detail": [{"index"|"line": n, "message": "..."}]}`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.files import File
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.http import Http404
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, generics, permissions, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView, exception_handler
+
+from traces import ingest
+from traces.authentication import ApiKeyAuthentication, key_of
+from traces.models import Event, Membership, PrimitiveEvent, Project, Run, Step, Turn, Upload
+from traces.serializers import (
+    ErrorSerializer,
+    EventSerializer,
+    IngestRequestSerializer,
+    IngestResponseSerializer,
+    PinSerializer,
+    PrimitiveEventSerializer,
+    RunSerializer,
+    StepSerializer,
+    TurnSerializer,
+    UploadSerializer,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Errors: one shape
+
+
+def error_body(error: str, detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The one error shape of the API, for API errors, JSONL line errors and upload errors alike."""
+    return {"error": error, "detail": detail or []}
+
+
+def error_response(code: int, error: str, detail: list[dict[str, Any]] | None = None) -> Response:
+    return Response(error_body(error, detail), status=code)
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, reshaped into `{"error", "detail"}`."""
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    data = response.data
+    if isinstance(exc, exceptions.ValidationError) and isinstance(data, dict):
+        detail = [
+            {"field": k, "message": " ".join(map(str, v)) if isinstance(v, list) else str(v)}
+            for k, v in data.items()
+        ]
+        response.data = error_body("invalid input", detail)
+    elif isinstance(data, dict) and "detail" in data:
+        response.data = error_body(str(data["detail"]))
+    else:
+        response.data = error_body(str(data))
+    return response
+
+
+class BaseView(APIView):
+    """Key or session authentication, our error shape, JSON out."""
+
+    authentication_classes = [ApiKeyAuthentication, SessionAuthentication]
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get_exception_handler(self) -> Callable[..., Response | None]:
+        return api_exception_handler
+
+
+def scoped_projects(request: Request) -> QuerySet[Project]:
+    """The projects the caller may read: the key's project, or the projects of the user's teams."""
+    key = key_of(request)
+    if key is not None:
+        return Project.objects.filter(pk=key.project_id)
+    return Project.objects.filter(team__memberships__user=request.user)
+
+
+def writable_project(request: Request, slug: str | None, team: str | None) -> Project:
+    """The project an upload goes to: the key's, or the user's project named by `slug` (and `team`
+    when the slug is ambiguous) where the user is not a viewer. 404 otherwise."""
+    key = key_of(request)
+    if key is not None:
+        return key.project
+    if not slug:
+        raise exceptions.ValidationError({"project": "name the project (its slug) to upload to"})
+    qs = Project.objects.filter(
+        slug=slug, team__memberships__user=request.user, team__memberships__role__in=[
+            Membership.Role.OWNER, Membership.Role.ADMIN, Membership.Role.MEMBER,
+        ],
+    ).select_related("team")  # fmt: skip
+    if team:
+        qs = qs.filter(team__name=team)
+    found = list(qs[:2])
+    if not found:
+        raise Http404("no such project")
+    if len(found) > 1:
+        raise exceptions.ValidationError({"team": "several of your teams have this project; name the team"})
+    return found[0]
+
+
+def _content_length(request: Request) -> int | None:
+    try:
+        value = int(request.META.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _read_limited(request: Request, limit: int) -> bytes:
+    """Read the body, refusing (413) above `limit` by Content-Length and by the bytes actually read."""
+    length = _content_length(request)
+    if length is not None and length > limit:
+        raise PayloadTooLarge(limit)
+    stream = request.stream
+    if stream is None:
+        return b""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise PayloadTooLarge(limit)
+    return data
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body is larger than the {limit:,}-byte limit; send smaller batches")
+
+
+# --------------------------------------------------------------------------------------------------
+# POST /api/v1/ingest
+
+
+class RawBodyParser(BaseParser):
+    """Accept any media type without parsing; the views read the stream themselves."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return {}
+
+
+class IngestView(BaseView):
+    """Store a batch of trace events for the key's project."""
+
+    authentication_classes = [ApiKeyAuthentication]
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        request=IngestRequestSerializer,
+        responses={
+            200: IngestResponseSerializer,
+            207: IngestResponseSerializer,
+            400: ErrorSerializer,
+            413: ErrorSerializer,
+        },
+        summary="Ingest a batch of trace events",
+        description='Body `{"events": [TraceEvent, …]}`, optionally `Content-Encoding: gzip`. 200 when every '
+        "event was accepted or a duplicate, 207 when some were rejected (see `results`).",
+    )
+    def post(self, request: Request) -> Response:
+        key = key_of(request)
+        assert key is not None  # ApiKeyAuthentication is the only scheme here
+        limit = int(settings.ARCANA_MAX_INGEST_BYTES)
+        body = _read_limited(request, limit)
+        encoding = request.META.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+        if encoding not in ("", "identity", "gzip"):
+            return error_response(415, f"unsupported Content-Encoding {encoding!r}; use gzip or none")
+        try:
+            body = ingest.read_body(body, gzip_encoded=encoding == "gzip", limit=limit)
+        except ingest.BodyTooLarge:
+            raise PayloadTooLarge(limit) from None
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        try:
+            payload = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"body is not valid JSON: {exc}")
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
+        result = ingest.ingest_events(key.project, payload["events"], source="api")
+        code = 207 if result.rejected else 200
+        return Response(result.to_dict(), status=code)
+
+
+# --------------------------------------------------------------------------------------------------
+# Uploads
+
+
+class UploadListView(BaseView):
+    """Upload a JSONL file (multipart field `file`, or a raw `application/x-ndjson` body)."""
+
+    parser_classes = [RawBodyParser]
+
+    @extend_schema(
+        request={"multipart/form-data": OpenApiTypes.OBJECT, "application/x-ndjson": OpenApiTypes.BINARY},
+        parameters=[
+            OpenApiParameter("project", str, description="project slug (session callers)"),
+            OpenApiParameter("team", str, description="team name when the slug is ambiguous"),
+        ],
+        responses={202: UploadSerializer, 400: ErrorSerializer, 413: ErrorSerializer},
+        summary="Upload a .jsonl / .jsonl.gz trace file for background ingestion",
+    )
+    def post(self, request: Request) -> Response:
+        limit = int(settings.ARCANA_MAX_UPLOAD_BYTES)
+        length = _content_length(request)
+        if length is not None and length > limit + 64 * 1024:  # multipart framing adds a little
+            raise PayloadTooLarge(limit)
+        content_type = request.META.get("CONTENT_TYPE", "")
+        params = request.query_params
+        if content_type.startswith("multipart/form-data"):
+            django_request = request._request
+            upload = django_request.FILES.get("file")
+            slug = django_request.POST.get("project") or params.get("project")
+            team = django_request.POST.get("team") or params.get("team")
+            project = writable_project(request, slug, team)
+            if upload is None:
+                return error_response(400, "multipart body has no 'file' field")
+            if upload.size is not None and upload.size > limit:
+                raise PayloadTooLarge(limit)
+            name = upload.name or "upload.jsonl"
+            if not name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+                return error_response(400, f"file must be .jsonl or .jsonl.gz, got {name!r}")
+            return self._store(request, project, File(upload, name=name), name, upload.size or 0)
+        project = writable_project(request, params.get("project"), params.get("team"))
+        with tempfile.TemporaryFile() as tmp:
+            size = 0
+            stream = request.stream
+            while stream is not None and (chunk := stream.read(1 << 20)):
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(limit)
+                tmp.write(chunk)
+            if size == 0:
+                return error_response(400, "empty body; send JSONL lines or a multipart 'file'")
+            tmp.seek(0)
+            name = params.get("filename") or ("upload.jsonl.gz" if "gzip" in content_type else "upload.jsonl")
+            return self._store(request, project, File(tmp, name=name), name, size)
+
+    def _store(self, request: Request, project: Project, file: File, name: str, size: int) -> Response:
+        from traces.tasks import process_upload
+
+        user = request.user if key_of(request) is None else None
+        # The file goes to MEDIA_ROOT first (slow I/O, no lock held), then the row and the task are
+        # committed together: the task is enqueued only once the row it reads exists.
+        upload = Upload(
+            project=project, original_name=name[:300], bytes=size, created_by=user, api_key=key_of(request)
+        )
+        upload.file.save(name.rsplit("/", 1)[-1], file, save=False)
+        with transaction.atomic():
+            upload.save()
+            process_upload.delay_on_commit(upload.pk)
+        data = UploadSerializer(upload).data
+        return Response(data, status=status.HTTP_202_ACCEPTED, headers={"Location": data["url"]})
+
+
+class UploadDetailView(BaseView):
+    @extend_schema(responses={200: UploadSerializer}, summary="An upload's status, progress and line errors")
+    def get(self, request: Request, upload_id: int) -> Response:
+        upload = Upload.objects.filter(pk=upload_id, project__in=scoped_projects(request)).first()
+        if upload is None:
+            raise Http404("no such upload")
+        return Response(UploadSerializer(upload).data)
+
+
+# --------------------------------------------------------------------------------------------------
+# Read API
+
+
+def _parse_dt(value: str | None, name: str) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise exceptions.ValidationError({name: f"not an ISO-8601 date-time: {value!r}"})
+    return parsed
+
+
+class RunListView(BaseView, generics.ListAPIView[Run]):
+    """Runs of the caller's projects, newest first."""
+
+    serializer_class = RunSerializer
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("project", str, description="project slug"),
+            OpenApiParameter("agent", str, description="runs with a turn by this agent"),
+            OpenApiParameter("status", str, enum=["running", "completed", "failed"]),
+            OpenApiParameter("has_primitives", bool),
+            OpenApiParameter("model", str),
+            OpenApiParameter("started_after", OpenApiTypes.DATETIME),
+            OpenApiParameter("started_before", OpenApiTypes.DATETIME),
+        ]
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Run]:
+        p = self.request.query_params
+        qs = Run.objects.filter(project__in=scoped_projects(self.request)).select_related("project__team")
+        if p.get("project"):
+            qs = qs.filter(project__slug=p["project"])
+        if p.get("agent"):
+            qs = qs.filter(Exists(Turn.objects.filter(run=OuterRef("pk"), agent=p["agent"])))
+        if p.get("status"):
+            if p["status"] not in Run.Status.values:
+                raise exceptions.ValidationError({"status": f"one of {', '.join(Run.Status.values)}"})
+            qs = qs.filter(status=p["status"])
+        if p.get("has_primitives") in ("true", "1", "yes"):
+            qs = qs.filter(primitives__gt=0)
+        elif p.get("has_primitives") in ("false", "0", "no"):
+            qs = qs.filter(primitives=0)
+        if p.get("model"):
+            qs = qs.filter(model=p["model"])
+        after = _parse_dt(p.get("started_after"), "started_after")
+        before = _parse_dt(p.get("started_before"), "started_before")
+        if after:
+            qs = qs.filter(started_at__gte=after)
+        if before:
+            qs = qs.filter(started_at__lt=before)
+        return qs.order_by("-started_at", "-pk")
+
+
+def get_run_for_request(request: Request, run_id: str) -> Run:
+    """The caller's run with this id (the newest if two of their projects share it). 404 otherwise."""
+    qs = Run.objects.filter(run_id=run_id, project__in=scoped_projects(request))
+    if request.query_params.get("project"):
+        qs = qs.filter(project__slug=request.query_params["project"])
+    run = qs.select_related("project__team").order_by("-started_at", "-pk").first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+class RunDetailView(BaseView):
+    @extend_schema(responses={200: RunSerializer}, summary="One run with its turns and pins")
+    def get(self, request: Request, run_id: str) -> Response:
+        run = get_run_for_request(request, run_id)
+        data = dict(RunSerializer(run).data)
+        data["turn_list"] = TurnSerializer(run.turn_set.order_by("agent", "number"), many=True).data
+        data["pins"] = PinSerializer(run.pins.all(), many=True).data
+        return Response(data)
+
+
+class TurnDetailView(BaseView):
+    @extend_schema(
+        parameters=[OpenApiParameter("agent", str, description="one pool agent (default: every agent)")],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="One turn: its steps with decisions and primitive events, and the pins active at it",
+    )
+    def get(self, request: Request, run_id: str, number: int) -> Response:
+        run = get_run_for_request(request, run_id)
+        agent = request.query_params.get("agent")
+        turns = run.turn_set.filter(number=number)
+        if agent is not None:
+            turns = turns.filter(agent=agent)
+        turn_list = list(turns.order_by("agent"))
+        if not turn_list:
+            raise Http404("no such turn")
+        steps = (
+            Step.objects.filter(turn__in=turn_list)
+            .select_related("decision")
+            .prefetch_related(
+                Prefetch("primitive_events", queryset=PrimitiveEvent.objects.order_by("timestamp", "id"))
+            )
+            .order_by("agent", "number")
+        )
+        primitives = run.primitive_events.filter(turn_number=number)
+        if agent is not None:
+            primitives = primitives.filter(agent=agent)
+        return Response(
+            {
+                "run_id": run.run_id,
+                "turn": number,
+                "agents": [t.agent for t in turn_list],
+                "turns": TurnSerializer(turn_list, many=True).data,
+                "steps": StepSerializer(steps, many=True).data,
+                "active_pins": PinSerializer(run.active_pins_at(number, agent=agent), many=True).data,
+                "primitive_events": PrimitiveEventSerializer(
+                    primitives.order_by("timestamp", "id"), many=True
+                ).data,
+            }
+        )
+
+
+class EventListView(BaseView, generics.ListAPIView[Event]):
+    """The run's raw events, oldest first; `?type=` filters by event type (comma-separated)."""
+
+    serializer_class = EventSerializer
+
+    @extend_schema(parameters=[OpenApiParameter("type", str, description="event types, comma-separated")])
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[Event]:
+        run = get_run_for_request(self.request, self.kwargs["run_id"])
+        qs = run.raw_events()
+        types = [t for t in (self.request.query_params.get("type") or "").split(",") if t]
+        if types:
+            qs = qs.filter(event_type__in=types)
+        return qs

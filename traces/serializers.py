@@ -1,0 +1,151 @@
+"""DRF serializers for the read API and the shapes of the ingest and upload endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, Upload
+
+
+class RunSerializer(serializers.ModelSerializer[Run]):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.CharField(source="project.team.name", read_only=True)
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "run_id", "url", "team", "project", "source", "agents", "model", "status", "started_at",
+            "ended_at", "turns", "steps", "events", "prompt_tokens", "completion_tokens", "tokens",
+            "tool_calls", "errors", "primitives", "recall_count", "pin_count", "unpin_count",
+            "peak_utilization",
+        ]  # fmt: skip
+
+    def get_url(self, run: Run) -> str:
+        return f"/api/v1/runs/{run.run_id}"
+
+
+class TurnSerializer(serializers.ModelSerializer[Turn]):
+    class Meta:
+        model = Turn
+        fields = [
+            "agent", "number", "steps", "prompt_tokens", "completion_tokens", "tokens", "peak_utilization",
+            "strategy", "compressions", "primitives", "tool_calls", "started_at", "ended_at",
+        ]  # fmt: skip
+
+
+class DecisionSerializer(serializers.ModelSerializer[ContextDecision]):
+    class Meta:
+        model = ContextDecision
+        fields = [
+            "strategy", "budget_total", "budget_used", "budget_tools", "budget_reserve", "messages_in",
+            "messages_out", "compressed_count", "pinned_count", "dropped_count", "explanation",
+            "utilization", "message_decisions", "report",
+        ]  # fmt: skip
+
+
+class PrimitiveEventSerializer(serializers.ModelSerializer[PrimitiveEvent]):
+    turn = serializers.IntegerField(source="turn_number", allow_null=True)
+    step = serializers.IntegerField(source="step_number", allow_null=True)
+
+    class Meta:
+        model = PrimitiveEvent
+        fields = [
+            "agent",
+            "turn",
+            "step",
+            "primitive",
+            "args",
+            "result",
+            "ok",
+            "note",
+            "tool_call_id",
+            "timestamp",
+        ]
+
+
+class StepSerializer(serializers.ModelSerializer[Step]):
+    turn = serializers.IntegerField(source="turn_number")
+    step = serializers.IntegerField(source="number")
+    decision = serializers.SerializerMethodField()
+    primitive_events = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Step
+        fields = [
+            "agent", "turn", "step", "step_id", "model", "prompt_tokens", "completion_tokens", "total_tokens",
+            "finish_reason", "assistant_text", "tool_calls", "messages", "prompt_snapshot", "latency_ms",
+            "completed", "failed", "started_at", "decision", "primitive_events",
+        ]  # fmt: skip
+
+    def get_decision(self, step: Step) -> dict[str, Any] | None:
+        decision = getattr(step, "decision", None)
+        return DecisionSerializer(decision).data if decision is not None else None
+
+    def get_primitive_events(self, step: Step) -> list[dict[str, Any]]:
+        return PrimitiveEventSerializer(step.primitive_events.all(), many=True).data
+
+
+class PinSerializer(serializers.ModelSerializer[Pin]):
+    class Meta:
+        model = Pin
+        fields = [
+            "agent", "pin_id", "label", "content", "content_hash", "tokens", "created_turn", "created_step",
+            "until_turn", "unpinned_turn",
+        ]  # fmt: skip
+
+
+class UploadSerializer(serializers.ModelSerializer[Upload]):
+    url = serializers.SerializerMethodField()
+    line_errors = serializers.JSONField()
+    runs = serializers.JSONField()
+
+    class Meta:
+        model = Upload
+        fields = [
+            "id", "url", "status", "original_name", "bytes", "lines_total", "lines_done", "accepted",
+            "duplicates", "rejected", "line_errors", "runs", "error", "created_at", "started_at",
+            "finished_at",
+        ]  # fmt: skip
+
+    def get_url(self, upload: Upload) -> str:
+        return f"/api/v1/uploads/{upload.pk}"
+
+
+class EventResultSerializer(serializers.Serializer[Any]):
+    index = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["accepted", "duplicate", "rejected"])
+    error = serializers.CharField(required=False)
+
+
+class IngestRequestSerializer(serializers.Serializer[Any]):
+    events = serializers.ListField(child=serializers.DictField(), help_text="Arcana 1.2 TraceEvent objects")
+
+
+class IngestResponseSerializer(serializers.Serializer[Any]):
+    accepted = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    rejected = serializers.IntegerField()
+    results = EventResultSerializer(many=True)
+
+
+class ErrorDetailSerializer(serializers.Serializer[Any]):
+    line = serializers.IntegerField(required=False)
+    index = serializers.IntegerField(required=False)
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    error = serializers.CharField()
+    detail = ErrorDetailSerializer(many=True)
+
+
+class EventSerializer(serializers.Serializer[Any]):
+    step_id = serializers.CharField()
+    parent_step_id = serializers.CharField(allow_null=True)
+    event_type = serializers.CharField()
+    agent = serializers.CharField()
+    timestamp = serializers.DateTimeField()
+    event = serializers.JSONField(source="data")
