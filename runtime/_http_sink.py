@@ -1,8 +1,8 @@
 """A trace sink that uploads events in batches to Arcana Console's `POST /api/v1/ingest`.
 
-    >>> sink = HttpBatchSink("http://127.0.0.1:8000/api/v1/ingest", api_key="ak_...")
-    >>> sink.write(event)          # never blocks on the network
-    >>> sink.close()               # delivers (or spills) everything still buffered
+    sink = HttpBatchSink("http://127.0.0.1:8000/api/v1/ingest", api_key="ak_...")
+    sink.write(event)          # never blocks on the network
+    sink.close()               # delivers (or spills) everything still buffered
 
 `write()` only appends to a buffer; one background thread cuts batches and POSTs them, so a
 conversation never waits for the server. What the server cannot take ends up in a local JSONL spill

@@ -1,4 +1,5 @@
-"""Fixtures shared by the runtime tests: real loopback servers and a clean environment."""
+"""Fixtures shared by the runtime tests: real loopback servers. (The environment is cleaned by the
+autouse `clean_environ` in tests/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -7,26 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.runtime.openai_server import IngestServer, OpenAIServer
-
-# Variables that would change what the runtime does: provider keys and HTTP proxies.
-_ENV_THAT_CHANGES_BEHAVIOUR = (
-    "OPENAI_API_KEY",
-    "DEEPSEEK_API_KEY",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-    "no_proxy",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _ENV_THAT_CHANGES_BEHAVIOUR:
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
