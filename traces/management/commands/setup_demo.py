@@ -1,0 +1,66 @@
+"""`manage.py setup_demo`: a demo login, a demo project, and real runs to look at on first start.
+
+Run by `scripts/run` at every start; it only does what is missing. The demo password is random and
+printed once, when the user is created. The sample traces are real files written by arcana-agent
+1.2.0; they are imported through the one ingest path like any upload.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from traces import ingest
+from traces.models import Membership, Project, Run, Team
+
+DEMO_TRACES = Path(settings.BASE_DIR) / "demo" / "traces"
+
+
+class Command(BaseCommand):
+    help = "Create the demo login, team and project, and import the demo traces when the project is empty."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--username", default="demo")
+        parser.add_argument("--team", default="Demo")
+        parser.add_argument("--project", default="demo")
+
+    def handle(self, *args: Any, username: str, team: str, project: str, **options: Any) -> None:
+        password = None
+        with transaction.atomic():
+            user, created = get_user_model().objects.get_or_create(username=username)
+            if created:
+                password = secrets.token_urlsafe(9)
+                user.set_password(password)
+                user.save()
+            team_obj, _ = Team.objects.get_or_create(name=team)
+            Membership.objects.get_or_create(
+                team=team_obj, user=user, defaults={"role": Membership.Role.OWNER}
+            )
+            proj, _ = Project.objects.get_or_create(team=team_obj, slug=project, defaults={"name": "Demo"})
+
+        if password:
+            self.stdout.write("")
+            self.stdout.write(f"  Demo login (shown once):  {username} / {password}")
+            self.stdout.write(f"  Change it with: .venv/bin/python manage.py changepassword {username}")
+            self.stdout.write("")
+        else:
+            self.stdout.write(
+                f"Demo login: {username} (its password was printed at the first start; "
+                f"reset it with .venv/bin/python manage.py changepassword {username})"
+            )
+
+        if Run.objects.filter(project=proj).exists():
+            return
+        files = sorted(p for p in DEMO_TRACES.rglob("*.jsonl") if p.is_file())
+        accepted = 0
+        for path in files:
+            with path.open("rb") as raw, ingest.open_jsonl(raw) as fh:
+                accepted += ingest.ingest_jsonl(proj, fh, source="cli").accepted
+        runs = Run.objects.filter(project=proj).count()
+        self.stdout.write(f"Imported {accepted} demo events ({runs} runs) into {team}/{project}.")
