@@ -15,7 +15,8 @@
 Plain type-hinted functions are accepted as they are (the decorator only adds a name/description
 override). Supported parameter types: str, int, float, bool, list[...], dict[...], Optional[...] /
 `X | None`, Literal[...], with defaults. A tool never crashes a conversation: bad arguments and
-exceptions come back to the model as `{"error": "...", "error_category": "..."}`.
+exceptions come back to the model as `{"error": "...", "error_category": "..."}`, with Arcana's
+`ToolErrorCategory` values: "validation" (bad arguments) and "unexpected" (the tool raised).
 """
 
 from __future__ import annotations
@@ -170,12 +171,12 @@ async def run_tool(t: Tool, raw_arguments: str, *, max_chars: int | None) -> Too
     try:
         args = json.loads(raw_arguments) if raw_arguments.strip() else {}
     except (json.JSONDecodeError, AttributeError) as exc:
-        return _failure(f"arguments are not valid JSON: {exc}", "invalid_arguments", start)
+        return _failure(f"arguments are not valid JSON: {exc}", "validation", start)
     if not isinstance(args, dict):
-        return _failure("arguments must be a JSON object", "invalid_arguments", start)
+        return _failure("arguments must be a JSON object", "validation", start)
     problem = t.check_arguments(args)
     if problem:
-        return _failure(problem, "invalid_arguments", start)
+        return _failure(problem, "validation", start)
     try:
         if t.is_async:
             value = await t.fn(**args)

@@ -165,7 +165,7 @@ def test_bad_tool_arguments_are_a_structured_result(tmp_path: Path, arguments: A
 
     run(go())
     result = tool_results(provider.requests[1])["call_1"]
-    assert result["error_category"] == "invalid_arguments" and detail in result["error"]
+    assert result["error_category"] == "validation" and detail in result["error"]
 
 
 def test_an_unknown_tool_gets_a_structured_result_and_an_error_event(tmp_path: Path) -> None:
