@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -227,14 +226,12 @@ def test_it_reads_a_json_answer_to_a_stream_request(openai_server: OpenAIServer)
 def test_it_honours_retry_after_on_429(openai_server: OpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
     openai_server.enqueue_error(429, retry_after=1, message="slow down")
     openai_server.enqueue_text("finally")
-    started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="runtime.providers"):
         reply = complete(make(openai_server))
     waited = openai_server.requests[1].received_at - openai_server.requests[0].received_at
     assert reply.content == "finally"
     assert reply.extra["attempts"] == 2
     assert waited >= 1.0
-    assert time.monotonic() - started < 10
     assert "HTTP 429" in caplog.text
     assert "sk-test-secret" not in caplog.text
 
@@ -303,10 +300,8 @@ def test_it_truncates_the_error_body_and_masks_the_key(openai_server: OpenAIServ
 def test_it_raises_timeout_when_the_server_is_too_slow(openai_server: OpenAIServer) -> None:
     openai_server.enqueue_text("late", delay=2)
     openai_server.enqueue_text("late too", delay=2)
-    started = time.monotonic()
     with pytest.raises(ProviderTimeout, match="after 2 attempts"):
         complete(make(openai_server, timeout=ProviderTimeouts(read=0.2), max_retries=1))
-    assert time.monotonic() - started < 1.9
     assert len(openai_server.requests) == 2
 
 
