@@ -1,0 +1,140 @@
+"""Data for the dashboard view tests, created only through `traces.ingest` (the one writer)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from traces.ingest import ingest_events, ingest_jsonl
+from traces.models import Project
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+ARCANA = FIXTURES / "arcana-1.2"
+OURS = FIXTURES / "ours"
+#: The pin_recall scenario's main run: 10 turns, pins, recalls, a rejected pin, an unpin.
+PIN_RUN = "17a81a75-0187-4ca7-b323-4a0c6e1c963b"
+#: A hand-made run in our runtime's format (3 turns, pin, recall, tools, unpin).
+OUR_RUN = "0c0a5e00-0000-4000-8000-000000000001"
+#: A pool of agents "planner" and "critic".
+POOL_RUN = "0c0a5e00-0000-4000-8000-000000000002"
+
+
+def ingest_file(project: Project, path: Path) -> None:
+    with path.open("rb") as fh:
+        ingest_jsonl(project, fh, source="cli")
+
+
+def ingest_samples(project: Project) -> None:
+    """Every real Arcana 1.2 sample and our runtime's hand-made traces."""
+    for path in sorted(ARCANA.glob("*/*.jsonl")) + sorted(OURS.glob("*.jsonl")):
+        ingest_file(project, path)
+
+
+def envelope(run_id: str, event_type: str, metadata: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "run_id": run_id,
+        "task_id": None,
+        "step_id": str(uuid.uuid4()),
+        "parent_step_id": None,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "role": "system",
+        "event_type": event_type,
+        "state_before_hash": None,
+        "state_after_hash": None,
+        "llm_request_digest": None,
+        "llm_response_digest": None,
+        "model": None,
+        "llm_latency_ms": None,
+        "tool_call": None,
+        "budgets": None,
+        "stop_reason": None,
+        "stop_detail": None,
+        "metadata": metadata,
+    }
+    ev.update(extra)
+    return ev
+
+
+def our_step(
+    run_id: str,
+    turn: int,
+    step: int,
+    *,
+    decisions: list[dict[str, Any]],
+    text: str | None = "ok",
+    when: datetime | None = None,
+    finish: str = "stop",
+    extra_messages: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A context_decision + turn event pair in our runtime's format (docs/trace-format.md)."""
+    when = when or datetime(2026, 5, 1, 9, 0, tzinfo=UTC) + timedelta(seconds=turn * 10 + step)
+    turn_id = str(uuid.uuid4())
+    base = {"producer": "arcana-console", "turn": turn, "step": step}
+    kept = sum(d["token_count_after"] for d in decisions)
+    cd = {
+        **base,
+        "context_decision": {
+            "turn": turn,
+            "step": step,
+            "strategy": "tail_preserve",
+            "budget_total": 4000,
+            "budget_used": kept,
+            "budget_tools": 100,
+            "budget_reserve": 500,
+            "messages_in": len(decisions),
+            "messages_out": sum(1 for d in decisions if d["outcome"] != "dropped"),
+            "compressed_count": sum(1 for d in decisions if d["outcome"] == "compressed"),
+            "memory_injected": False,
+            "history_compressed": True,
+            "decisions": decisions,
+            "compressed_messages": [],
+            "explanation": f"{len(decisions)} messages considered",
+        },
+        "explanation": f"{len(decisions)} messages considered",
+        "context_report": {"utilization": kept / 8000, "window_size": 8000},
+    }
+    facts = {
+        "assistant_text": text,
+        "tool_calls": [],
+        "usage": {"prompt_tokens": kept, "completion_tokens": 20, "total_tokens": kept + 20},
+        "finish_reason": finish,
+    }
+    messages = [{"role": "assistant", "content": text}, *(extra_messages or [])]
+    return [
+        envelope(run_id, "context_decision", cd, parent_step_id=turn_id, timestamp=when.isoformat()),
+        envelope(
+            run_id,
+            "turn",
+            {**base, "facts": facts, "assessment": {"completed": finish == "stop"}, "messages": messages},
+            step_id=turn_id,
+            model="scripted",
+            timestamp=(when + timedelta(milliseconds=5)).isoformat(),
+        ),
+    ]
+
+
+def decision(
+    index: int, role: str, outcome: str = "kept", fidelity: str | None = "L0", tokens: int = 10
+) -> dict[str, Any]:
+    return {
+        "index": index,
+        "role": role,
+        "outcome": outcome,
+        "fidelity": fidelity,
+        "relevance_score": 0.5,
+        "token_count_before": tokens,
+        "token_count_after": 0 if outcome == "dropped" else tokens,
+        "reason": "tail_preserve_tail" if outcome == "kept" else f"tail_preserve_middle_{outcome}",
+    }
+
+
+def ingest_live_run(project: Project, run_id: str, turns: int = 2) -> None:
+    """A run still in progress: every step ends with tool calls, so no answer has completed it."""
+    events: list[dict[str, Any]] = []
+    for t in range(1, turns + 1):
+        events += our_step(
+            run_id, t, 1, decisions=[decision(i, "user") for i in range(t)], finish="tool_calls"
+        )
+    ingest_events(project, events, source="api")

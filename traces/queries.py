@@ -1,0 +1,725 @@
+"""Read helpers for the dashboard pages: scoping, run filters, and the view models the templates draw.
+
+Everything here reads projections (`Run`, `Turn`, `Step`, `ContextDecision`, `Pin`, `PrimitiveEvent`,
+`Upload`); nothing parses raw event JSON. Each builder issues a fixed number of queries whatever the
+size of the run, so pages stay bounded (the view tests pin the counts).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import QueryDict
+from django.urls import reverse
+
+from traces.models import (
+    ContextDecision,
+    MessageDecisionDict,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Turn,
+    Upload,
+    projects_for_user,
+)
+
+# ---------------------------------------------------------------------------------------------------
+# Scoping
+
+
+def runs_for_user(user: Any) -> QuerySet[Run]:
+    """Runs in any project of the user's teams (none for anonymous users)."""
+    return Run.objects.filter(project__in=projects_for_user(user))
+
+
+def uploads_for_user(user: Any) -> QuerySet[Upload]:
+    return Upload.objects.filter(project__in=projects_for_user(user))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runs list
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """The runs list's filters, parsed leniently from the query string (bad values are ignored).
+
+    >>> RunFilters.from_query(QueryDict("status=running&pins=1")).status
+    'running'
+    """
+
+    project: str = ""
+    agent: str = ""
+    status: str = ""
+    model: str = ""
+    source: str = ""
+    has_pins: bool = False
+    has_recalls: bool = False
+    date_from: dt.date | None = None
+    date_to: dt.date | None = None
+    q: str = ""
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> RunFilters:
+        def date(name: str) -> dt.date | None:
+            try:
+                return dt.date.fromisoformat(query.get(name, ""))
+            except ValueError:
+                return None
+
+        status = query.get("status", "")
+        source = query.get("source", "")
+        return cls(
+            project=query.get("project", "")[:100],
+            agent=query.get("agent", "")[:200],
+            status=status if status in Run.Status.values else "",
+            model=query.get("model", "")[:200],
+            source=source if source in Run.Source.values else "",
+            has_pins=query.get("pins") == "1",
+            has_recalls=query.get("recalls") == "1",
+            date_from=date("from"),
+            date_to=date("to"),
+            q=query.get("q", "").strip()[:200],
+        )
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f) for f in self.__dataclass_fields__)
+
+    def apply(self, qs: QuerySet[Run]) -> QuerySet[Run]:
+        """Narrow `qs`; every condition is a WHERE clause or an EXISTS, so it stays one query."""
+        if self.project:
+            qs = qs.filter(project__slug=self.project)
+        if self.agent:
+            # Agents live in a JSON list; an EXISTS over turns works the same on SQLite and PostgreSQL.
+            qs = qs.filter(Exists(Turn.objects.filter(run=OuterRef("pk"), agent=self.agent)))
+        if self.status:
+            qs = qs.filter(status=self.status)
+        if self.model:
+            qs = qs.filter(model=self.model)
+        if self.source:
+            qs = qs.filter(source=self.source)
+        if self.has_pins:
+            qs = qs.filter(pin_count__gt=0)
+        if self.has_recalls:
+            qs = qs.filter(recall_count__gt=0)
+        if self.date_from:
+            qs = qs.filter(started_at__date__gte=self.date_from)
+        if self.date_to:
+            qs = qs.filter(started_at__date__lte=self.date_to)
+        if self.q:
+            pins = Pin.objects.filter(run=OuterRef("pk")).filter(
+                Q(label__icontains=self.q) | Q(content__icontains=self.q) | Q(pin_id=self.q)
+            )
+            qs = qs.filter(Q(run_id__icontains=self.q) | Exists(pins))
+        return qs
+
+
+@dataclass
+class FilterChoices:
+    projects: list[Project]
+    models: list[str]
+    agents: list[str]
+
+
+def filter_choices(user: Any) -> FilterChoices:
+    """Values offered by the filter selects (three small queries, capped)."""
+    runs = runs_for_user(user)
+    projects = list(projects_for_user(user).select_related("team").order_by("team__name", "slug"))
+    models = list(runs.exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:100])
+    agents = list(
+        Turn.objects.filter(run__in=runs)
+        .exclude(agent="")
+        .order_by("agent")
+        .values_list("agent", flat=True)
+        .distinct()[:100]
+    )
+    return FilterChoices(projects=projects, models=models, agents=agents)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Formatting helpers shared by the builders
+
+
+def outcome_class(d: MessageDecisionDict | dict[str, Any]) -> str:
+    """The fidelity-map class of one message decision: pin, L0–L3, dropped or summarized."""
+    if d.get("pinned") or d.get("reason") == "pinned":
+        return "pin"
+    outcome = d.get("outcome") or ""
+    if outcome in ("dropped", "summarized"):
+        return outcome
+    fidelity = d.get("fidelity")
+    if fidelity in ("L0", "L1", "L2", "L3"):
+        return str(fidelity)
+    # `kept` with no fidelity is the original message: full fidelity.
+    return "L0" if outcome == "kept" else "L1" if outcome == "compressed" else "L0"
+
+
+def outcome_label(d: MessageDecisionDict | dict[str, Any]) -> str:
+    outcome = d.get("outcome") or "?"
+    fidelity = d.get("fidelity")
+    return f"{outcome} at {fidelity}" if fidelity else str(outcome)
+
+
+def is_pin_decision(d: MessageDecisionDict | dict[str, Any]) -> bool:
+    return bool(d.get("pinned")) or d.get("reason") == "pinned"
+
+
+def primitive_summary(ev: PrimitiveEvent) -> str:
+    """One line in the style of `arcana trace show --cognitive` (docs: the seed's CLI filters)."""
+    args = ev.args if isinstance(ev.args, dict) else {}
+    result = ev.result if isinstance(ev.result, dict) else {}
+    if result.get("error"):
+        return f"{ev.primitive} error={result.get('error')}"
+    if ev.primitive == "recall":
+        turn = args.get("turn", result.get("turn"))
+        include = args.get("include")
+        extra = f" include={include}" if include and include != "all" else ""
+        if result.get("found"):
+            n = len(result.get("messages") or [])
+            return f"recall turn={turn}{extra} → {n} message{'s' if n != 1 else ''}"
+        return f"recall turn={turn}{extra} → {result.get('note') or 'not found'}"
+    if ev.primitive == "pin":
+        if result.get("pinned"):
+            again = " (already pinned)" if result.get("already_pinned") else ""
+            return f"pin pin_id={result.get('pin_id')} label={result.get('label')!r}{again}"
+        return f"pin REJECTED reason={result.get('reason')}"
+    if ev.primitive == "unpin":
+        pin_id = args.get("pin_id", result.get("pin_id"))
+        return f"unpin pin_id={pin_id} {'ok' if result.get('unpinned') else '(unknown id)'}"
+    return ev.note or ev.primitive
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fidelity map
+
+
+@dataclass
+class MapCell:
+    x: float
+    y: float
+    w: float
+    cls: str
+    title: str
+
+
+@dataclass
+class MapRow:
+    y: float
+    label: str
+    title: str
+    is_pin: bool
+
+
+@dataclass
+class MapTick:
+    x: float
+    label: str
+    url: str
+
+
+@dataclass
+class FidelityMap:
+    """A window of steps drawn as rows (messages, then pinned blocks) × columns (steps).
+
+    Cells are run-length encoded along a row: consecutive steps where a message had the same outcome
+    become one rectangle, which keeps a 200-message × 100-step window to a few hundred elements.
+    """
+
+    total_steps: int
+    start: int  # 0-based index of the first step shown
+    window: int
+    columns: list[dict[str, Any]]
+    rows: list[MapRow]
+    cells: list[MapCell]
+    ticks: list[MapTick]
+    separators: list[float]
+    width: float
+    height: float
+    x0: float
+    cw: float
+    ch: float
+    top: float
+    legend: list[tuple[str, str]] = field(default_factory=list)
+    truncated_rows: bool = False
+
+    @property
+    def label_x(self) -> float:
+        return self.x0 - 6
+
+    @property
+    def cell_h(self) -> float:
+        return self.ch - 1 if self.ch >= 11 else self.ch - 0.5
+
+    @property
+    def end(self) -> int:
+        return min(self.total_steps, self.start + self.window)
+
+    @property
+    def max_start(self) -> int:
+        return max(0, self.total_steps - self.window)
+
+    @property
+    def windowed(self) -> bool:
+        return self.total_steps > self.window
+
+
+LEGEND = [
+    ("L0", "L0 — original"),
+    ("L1", "L1 — first 300 chars"),
+    ("L2", "L2 — first 80 chars"),
+    ("L3", "L3 — stub"),
+    ("summarized", "summarized"),
+    ("dropped", "dropped"),
+    ("pin", "pinned block"),
+]
+
+MAP_WINDOW = 120  # steps per window; a wider map stops being readable and grows the page
+MAP_LABEL_WIDTH = 150.0
+MAP_MAX_ROWS = 400  # rows beyond this are cut (with a note); keeps the SVG under a few hundred KB
+
+
+def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = MAP_WINDOW) -> FidelityMap:
+    """Build the map for `agent`'s steps [start, start + window). Two queries: a count and the window.
+
+    `start=None` shows the last window (where a long conversation has faded most)."""
+    decisions = ContextDecision.objects.filter(run=run, agent=agent)
+    total = decisions.count()
+    window = max(10, min(window, 400))
+    if start is None:
+        start = max(0, total - window)
+    start = max(0, min(start, max(0, total - window)))
+    rows_qs = decisions.order_by("turn_number", "step_number").values_list(
+        "turn_number", "step_number", "strategy", "message_decisions"
+    )[start : start + window]
+    steps = list(rows_qs)
+
+    agent_q = f"?agent={agent}" if agent else ""
+    n = len(steps)
+    cw = max(5.0, min(64.0, 960.0 / max(n, 1)))
+    # Arcana 1.2 pin decisions carry no pin_id: the k-th pinned block of a step is the k-th pin active
+    # at its turn (pins are rendered in creation order), so resolve them against the agent's pins.
+    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
+    # Collect the per-message outcome for every column, keyed by row key.
+    per_row: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
+    row_meta: dict[tuple[int, Any], tuple[str, str]] = {}
+    columns: list[dict[str, Any]] = []
+    for col, (turn_number, step_number, strategy, mds) in enumerate(steps):
+        turn_url = reverse("traces:turn", args=[run.run_id, turn_number]) + agent_q + f"#step-{step_number}"
+        columns.append(
+            {
+                "label": f"Turn {turn_number} · step {step_number} · {strategy or 'no strategy'}",
+                "url": turn_url,
+            }
+        )
+        pin_k = 0
+        active: list[Pin] | None = None
+        for d in mds or []:
+            if is_pin_decision(d):
+                pin_k += 1
+                pin_id = d.get("pin_id")
+                if not pin_id:
+                    if active is None:
+                        active = [p for p in pins if p.is_active_at(turn_number)]
+                    pin_id = active[pin_k - 1].pin_id if pin_k <= len(active) else f"#{pin_k}"
+                key: tuple[int, Any] = (1, pin_id)
+                if key not in row_meta:
+                    label = next((p.label for p in pins if p.pin_id == pin_id and p.label), "") or pin_id
+                    row_meta[key] = (f"[PIN] {label[:18]}", f"pinned block {pin_id} ({label})")
+            else:
+                idx = d.get("index")
+                if idx is None:
+                    continue
+                key = (0, int(idx))
+                row_meta.setdefault(
+                    key, (f"#{idx} {d.get('role') or '?'}", f"message {idx} ({d.get('role')})")
+                )
+            before = d.get("token_count_before")
+            after = d.get("token_count_after")
+            rel = d.get("relevance_score")
+            title = (
+                f"{row_meta[key][1]}: {outcome_label(d)}, {before}→{after} tokens"
+                f"{f', relevance {rel:.2f}' if isinstance(rel, int | float) else ''}"
+                f"\nreason: {d.get('reason') or '—'}"
+            )
+            per_row.setdefault(key, []).append((col, outcome_class(d), title))
+
+    keys = sorted(per_row, key=lambda k: (k[0], k[1] if k[0] == 0 else str(k[1])))
+    truncated = len(keys) > MAP_MAX_ROWS
+    keys = keys[:MAP_MAX_ROWS]
+    ch = 16.0 if len(keys) <= 40 else 11.0 if len(keys) <= 120 else 8.0
+    top = 22.0
+    x0 = MAP_LABEL_WIDTH
+    rows: list[MapRow] = []
+    cells: list[MapCell] = []
+    for r, key in enumerate(keys):
+        y = top + r * ch
+        label, title = row_meta[key]
+        # Small rows get a label every fifth row; the tooltip names every row.
+        shown = ch >= 11 or r % 5 == 0 or key[0] == 1
+        rows.append(MapRow(y=y + ch - 3, label=label if shown else "", title=title, is_pin=key[0] == 1))
+        run_start: tuple[int, str, str] | None = None
+        prev_col = -2
+        for col, cls, title in per_row[key]:
+            if run_start and cls == run_start[1] and col == prev_col + 1:
+                prev_col = col
+                continue
+            if run_start:
+                cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
+            run_start, prev_col = (col, cls, title), col
+        if run_start:
+            cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
+
+    ticks: list[MapTick] = []
+    separators: list[float] = []
+    last_turn: int | None = None
+    last_tick_col = -(10**6)
+    # Label a turn only when there is room for it (about 40 px between labels).
+    tick_every = max(1, round(40 / cw))
+    for col, (turn_number, _step, _strategy, _mds) in enumerate(steps):
+        if turn_number == last_turn:
+            continue
+        if col:
+            separators.append(x0 + col * cw)
+        if col - last_tick_col >= tick_every:
+            ticks.append(MapTick(x=x0 + col * cw, label=f"T{turn_number}", url=columns[col]["url"]))
+            last_tick_col = col
+        last_turn = turn_number
+    return FidelityMap(
+        total_steps=total,
+        start=start,
+        window=window,
+        columns=columns,
+        rows=rows,
+        cells=cells,
+        ticks=ticks,
+        separators=separators,
+        width=x0 + n * cw + 4,
+        height=top + len(keys) * ch + 4,
+        x0=x0,
+        cw=cw,
+        ch=ch,
+        top=top,
+        legend=LEGEND,
+        truncated_rows=truncated,
+    )
+
+
+def _cell(start: tuple[int, str, str], end_col: int, x0: float, cw: float, y: float, ch: float) -> MapCell:
+    col, cls, title = start
+    span = end_col - col + 1
+    suffix = f"\n(same for {span} steps)" if span > 1 else ""
+    # A hairline gap between cells keeps columns countable when they are wide enough to afford it.
+    return MapCell(x=x0 + col * cw, y=y, w=span * cw - (1 if cw >= 6 else 0), cls=cls, title=title + suffix)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pin lanes
+
+
+@dataclass
+class PinLane:
+    pin: Pin
+    y: float
+    x: float
+    w: float
+    end_turn: int
+    ended_by: str  # "unpinned", "expired", "open" (still active at the last turn)
+    title: str
+
+    @property
+    def bar_y(self) -> float:
+        return self.y + 3
+
+    @property
+    def text_y(self) -> float:
+        return self.y + 15
+
+    @property
+    def text_x(self) -> float:
+        return self.x + 5
+
+
+@dataclass
+class PinMarker:
+    x: float
+    y: float
+    turn: int | None
+    title: str
+
+    @property
+    def cross(self) -> str:
+        """An SVG path drawing an ✕ centred on the marker."""
+        x, y = self.x, self.y
+        return f"M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x + 5:.1f},{y - 5:.1f}L{x - 5:.1f},{y + 5:.1f}"
+
+
+@dataclass
+class PinChart:
+    """Pins of one agent on a turn axis: a bar per pin, pinned tokens per turn against the cap."""
+
+    lanes: list[PinLane]
+    rejected: list[PinMarker]
+    last_turn: int
+    cap: int | None
+    cap_source: str
+    width: float
+    height: float
+    x0: float
+    tw: float
+    chart_top: float
+    chart_h: float
+    lanes_top: float
+    area_path: str
+    cap_y: float | None
+    peak_tokens: int
+    ticks: list[tuple[float, int]]
+    cap_off_scale: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.lanes and not self.rejected
+
+    @property
+    def label_x(self) -> float:
+        return self.x0 - 8
+
+    @property
+    def right(self) -> float:
+        return self.width - 10
+
+    @property
+    def chart_bottom(self) -> float:
+        return self.chart_top + self.chart_h
+
+    @property
+    def axis_y(self) -> float:
+        return self.chart_top + self.chart_h + 16
+
+    @property
+    def rejected_y(self) -> float:
+        return self.lanes_top + len(self.lanes) * PIN_LANE_H + PIN_LANE_H / 2 + 4
+
+
+PIN_LANE_H = 22.0
+PIN_CHART_W = 960.0
+PIN_LABEL_W = 190.0
+
+
+def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
+    """Two or three queries: the agent's pins, its rejected pin calls, and (only when no rejection
+    reported the cap) the window size of its latest decision, from which the default 50 % cap follows."""
+    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
+    rejected_events = list(
+        PrimitiveEvent.objects.filter(run=run, agent=agent, primitive="pin", ok=False).order_by("timestamp")
+    )
+    last_turn = max([last_turn, *(p.created_turn for p in pins), 1])
+    cap: int | None = None
+    cap_source = ""
+    for ev in rejected_events:
+        value = ev.result.get("cap") if isinstance(ev.result, dict) else None
+        if isinstance(value, int):
+            cap, cap_source = value, "reported by a rejected pin call"
+    if cap is None and pins:
+        report = (
+            ContextDecision.objects.filter(run=run, agent=agent, report__isnull=False)
+            .order_by("-turn_number", "-step_number")
+            .values_list("report", flat=True)
+            .first()
+        )
+        window = report.get("window_size") if isinstance(report, dict) else None
+        if isinstance(window, int | float) and window > 0:
+            cap, cap_source = int(window * 0.5), "window × 0.5 (default pin_budget_fraction)"
+
+    x0 = PIN_LABEL_W
+    tw = (PIN_CHART_W - x0 - 10) / last_turn
+    chart_top, chart_h = 8.0, 70.0
+    lanes_top = chart_top + chart_h + 26
+    lanes: list[PinLane] = []
+    for i, p in enumerate(pins):
+        if p.unpinned_turn is not None and (p.until_turn is None or p.unpinned_turn <= p.until_turn):
+            end, ended_by = p.unpinned_turn, "unpinned"
+        elif p.until_turn is not None and p.until_turn < last_turn:
+            end, ended_by = max(p.until_turn, p.created_turn), "expired"
+        else:
+            end, ended_by = last_turn, "open"
+        until = f"until turn {p.until_turn}" if p.until_turn is not None else "no expiry"
+        how = {
+            "unpinned": f"unpinned at turn {end}",
+            "expired": f"expired after turn {end}",
+            "open": "active",
+        }[ended_by]
+        title = (
+            f"{p.pin_id} · {p.label or 'no label'} · {p.tokens if p.tokens is not None else '?'} tokens\n"
+            f"pinned at turn {p.created_turn} · {until} · {how}"
+        )
+        lanes.append(
+            PinLane(
+                pin=p,
+                y=lanes_top + i * PIN_LANE_H,
+                x=x0 + (p.created_turn - 1) * tw,
+                w=max(3.0, (end - p.created_turn + 1) * tw - 1),
+                end_turn=end,
+                ended_by=ended_by,
+                title=title,
+            )
+        )
+    markers_y = lanes_top + len(lanes) * PIN_LANE_H
+    rejected = []
+    for ev in rejected_events:
+        result = ev.result if isinstance(ev.result, dict) else {}
+        t = ev.turn_number or 1
+        rejected.append(
+            PinMarker(
+                x=x0 + (t - 0.5) * tw,
+                y=markers_y + PIN_LANE_H / 2,
+                turn=ev.turn_number,
+                title=(
+                    f"pin rejected at turn {ev.turn_number}: {result.get('reason') or result.get('error')}"
+                    + (
+                        f" (current {result.get('current_pin_tokens')} + requested "
+                        f"{result.get('requested_tokens')} > cap {result.get('cap')})"
+                        if result.get("cap") is not None
+                        else ""
+                    )
+                ),
+            )
+        )
+
+    # Pinned tokens in effect per turn, as a step line (rendered pins, per DESIGN.md §1).
+    per_turn = [sum(p.tokens or 0 for p in pins if p.is_active_at(t)) for t in range(1, last_turn + 1)]
+    peak = max(per_turn or [0])
+    # Keep the pinned tokens readable: when the cap dwarfs them, the cap line sits at the top, marked
+    # off-scale, instead of flattening the chart.
+    cap_off_scale = cap is not None and cap > max(peak, 1) * 3
+    scale_max = max(peak * 1.25, 1) if cap_off_scale or cap is None else max(peak, cap) * 1.1
+
+    def y_of(v: float) -> float:
+        return chart_top + chart_h - (v / scale_max) * chart_h
+
+    pts = [f"M{x0:.1f},{chart_top + chart_h:.1f}"]
+    for i, v in enumerate(per_turn):
+        xa, xb = x0 + i * tw, x0 + (i + 1) * tw
+        pts.append(f"L{xa:.1f},{y_of(v):.1f}L{xb:.1f},{y_of(v):.1f}")
+    pts.append(f"L{x0 + last_turn * tw:.1f},{chart_top + chart_h:.1f}Z")
+    step = max(1, round(last_turn / 12))
+    ticks = [(x0 + (t - 0.5) * tw, t) for t in range(1, last_turn + 1) if t == 1 or t % step == 0]
+    return PinChart(
+        lanes=lanes,
+        rejected=rejected,
+        last_turn=last_turn,
+        cap=cap,
+        cap_source=cap_source,
+        width=PIN_CHART_W,
+        height=markers_y + (PIN_LANE_H if rejected else 0) + 24,
+        x0=x0,
+        tw=tw,
+        chart_top=chart_top,
+        chart_h=chart_h,
+        lanes_top=lanes_top,
+        area_path="".join(pts),
+        cap_y=(chart_top if cap_off_scale else y_of(cap)) if cap else None,
+        cap_off_scale=cap_off_scale,
+        peak_tokens=peak,
+        ticks=ticks,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Turn page
+
+
+@dataclass
+class DecisionRow:
+    d: dict[str, Any]
+    cls: str
+    is_pin: bool
+    pin: Pin | None
+    changed: str  # "", "new", or "was <outcome>" compared with the previous step
+
+
+@dataclass
+class StepChanges:
+    changed: list[tuple[dict[str, Any], str, str]]  # (decision, before, after)
+    new_messages: int
+    pins_added: list[str]
+    pins_gone: list[str]
+    previous_label: str
+
+    @property
+    def empty(self) -> bool:
+        return not (self.changed or self.new_messages or self.pins_added or self.pins_gone)
+
+
+def _decision_key(d: dict[str, Any], pin_k: int) -> tuple[int, Any]:
+    if is_pin_decision(d):
+        return (1, d.get("pin_id") or f"#{pin_k}")
+    return (0, d.get("index"))
+
+
+def keyed_decisions(mds: Iterable[dict[str, Any]]) -> dict[tuple[int, Any], dict[str, Any]]:
+    out: dict[tuple[int, Any], dict[str, Any]] = {}
+    pin_k = 0
+    for d in mds or []:
+        if is_pin_decision(d):
+            pin_k += 1
+        out[_decision_key(d, pin_k)] = d
+    return out
+
+
+def decision_rows(
+    mds: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]] | None, active_pins: Sequence[Pin]
+) -> list[DecisionRow]:
+    """The decision table of one step, with [PIN] rows resolved to their pin and changes flagged."""
+    prev = keyed_decisions(previous) if previous is not None else None
+    pins_by_id = {p.pin_id: p for p in active_pins}
+    rows = []
+    pin_k = 0
+    for d in mds or []:
+        is_pin = is_pin_decision(d)
+        if is_pin:
+            pin_k += 1
+        key = _decision_key(d, pin_k)
+        pin = None
+        if is_pin:
+            pin = pins_by_id.get(d.get("pin_id") or "") or (
+                active_pins[pin_k - 1] if not d.get("pin_id") and pin_k <= len(active_pins) else None
+            )
+        changed = ""
+        if prev is not None:
+            before = prev.get(key)
+            if before is None:
+                changed = "new"
+            elif outcome_class(before) != outcome_class(d):
+                changed = f"was {outcome_label(before)}"
+        rows.append(DecisionRow(d=d, cls=outcome_class(d), is_pin=is_pin, pin=pin, changed=changed))
+    return rows
+
+
+def step_changes(
+    mds: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]] | None, previous_label: str
+) -> StepChanges | None:
+    """What changed for the model between the previous step and this one (None for the first step)."""
+    if previous is None:
+        return None
+    now, before = keyed_decisions(mds), keyed_decisions(previous)
+    changed = []
+    for key, d in now.items():
+        old = before.get(key)
+        if key[0] == 0 and old is not None and outcome_class(old) != outcome_class(d):
+            changed.append((d, outcome_label(old), outcome_label(d)))
+    new_messages = sum(1 for k in now if k[0] == 0 and k not in before)
+    pins_now = {k[1] for k in now if k[0] == 1}
+    pins_before = {k[1] for k in before if k[0] == 1}
+    return StepChanges(
+        changed=changed,
+        new_messages=new_messages,
+        pins_added=sorted(str(p) for p in pins_now - pins_before),
+        pins_gone=sorted(str(p) for p in pins_before - pins_now),
+        previous_label=previous_label,
+    )

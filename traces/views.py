@@ -1,0 +1,241 @@
+"""Dashboard pages: runs, run overview, turn, uploads, and the fragments the pages poll.
+
+Thin function views (STYLE.md item 7): access goes through `_get_run_for_user` (404 for anything
+outside the caller's teams), the work is in `traces.queries`, and templates auto-escape every trace
+string. Views read projections only; nothing here parses raw event JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from traces import queries
+from traces.models import ContextDecision, Membership, PrimitiveEvent, Project, Run, Step, Turn
+
+RUNS_PER_PAGE = 50
+TURNS_PER_PAGE = 200
+PRIMITIVES_SHOWN = 500
+
+
+def _get_run_for_user(request: HttpRequest, run_id: str) -> Run:
+    """The run named `run_id` in one of the caller's projects, or 404 (never 403: an outsider must not
+    learn that the run exists). If two of the caller's projects hold the same run id, `?project=<slug>`
+    picks one; otherwise the newest wins."""
+    qs = queries.runs_for_user(request.user).filter(run_id=run_id).select_related("project__team")
+    if project := request.GET.get("project"):
+        qs = qs.filter(project__slug=project)
+    run = qs.order_by("-started_at", "-id").first()
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+def _agent_for(request: HttpRequest, run: Run) -> str:
+    """The pool agent the page shows (`?agent=`), defaulting to the first; "" for a plain chat."""
+    agents = list(run.agents or [])
+    agent = request.GET.get("agent", "")
+    if agent in agents:
+        return agent
+    return agents[0] if agents else ""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runs
+
+
+@login_required
+@require_GET
+def runs(request: HttpRequest) -> HttpResponse:
+    filters = queries.RunFilters.from_query(request.GET)
+    qs = (
+        filters.apply(queries.runs_for_user(request.user))
+        .select_related("project__team")
+        .order_by("-started_at", "-id")
+    )
+    page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("fragment", None)
+    ctx: dict[str, Any] = {
+        "page": page,
+        "runs": list(page.object_list),
+        "filters": filters,
+        "query": query.urlencode(),
+        "any_live": any(r.is_running for r in page.object_list),
+    }
+    if request.GET.get("fragment") == "list":
+        return render(request, "traces/_runs_table.html", ctx)
+    ctx["choices"] = queries.filter_choices(request.user)
+    ctx["has_any_run"] = page.paginator.count > 0 or queries.runs_for_user(request.user).exists()
+    return render(request, "traces/runs.html", ctx)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Run overview
+
+
+def _timeline_ctx(request: HttpRequest, run: Run, agent: str, last_page: bool = False) -> dict[str, Any]:
+    turns = Turn.objects.filter(run=run, agent=agent).order_by("number")
+    paginator = Paginator(turns, TURNS_PER_PAGE)
+    page = paginator.get_page(paginator.num_pages if last_page else request.GET.get("tp"))
+    return {"run": run, "agent": agent, "turns": list(page.object_list), "turn_page": page}
+
+
+@login_required
+@require_GET
+def run(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = _get_run_for_user(request, run_id)
+    agent = _agent_for(request, run)
+    ctx = _timeline_ctx(request, run, agent)
+    last_turn = ctx["turn_page"].paginator.count
+    try:
+        start = int(request.GET["from"]) - 1
+    except (KeyError, ValueError):
+        start = None
+    primitives = list(
+        PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[: PRIMITIVES_SHOWN + 1]
+    )
+    ctx.update(
+        {
+            "fmap": queries.fidelity_map(run, agent, start=start),
+            "pins": queries.pin_chart(run, agent, last_turn),
+            "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
+            "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
+        }
+    )
+    return render(request, "traces/run.html", ctx)
+
+
+@login_required
+@require_GET
+def run_live(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The header stats and the timeline's last page, for pages polling a live run."""
+    run = _get_run_for_user(request, run_id)
+    agent = _agent_for(request, run)
+    return render(request, "traces/_run_live.html", _timeline_ctx(request, run, agent, last_page=True))
+
+
+@login_required
+@require_GET
+def run_fidelity(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The fidelity map for another window of steps (the range control fetches this)."""
+    run = _get_run_for_user(request, run_id)
+    agent = _agent_for(request, run)
+    try:
+        start = int(request.GET["from"]) - 1
+    except (KeyError, ValueError):
+        start = None
+    ctx = {"run": run, "agent": agent, "fmap": queries.fidelity_map(run, agent, start=start)}
+    return render(request, "traces/_fidelity_map.html", ctx)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Turn
+
+
+def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[str, Any]:
+    turn = get_object_or_404(Turn, run=run, agent=agent, number=number)
+    steps = list(Step.objects.filter(turn=turn).select_related("decision").order_by("number"))
+    active_pins = list(run.active_pins_at(number, agent))
+    primitives = list(
+        PrimitiveEvent.objects.filter(run=run, agent=agent, turn_number=number).order_by("timestamp", "id")
+    )
+    # The step before this turn's first step, for "what changed" on step 1.
+    previous = (
+        ContextDecision.objects.filter(run=run, agent=agent, turn_number__lt=number)
+        .order_by("-turn_number", "-step_number")
+        .values_list("turn_number", "step_number", "message_decisions")
+        .first()
+    )
+    neighbours = Turn.objects.filter(run=run, agent=agent, number__in=[number - 1, number + 1]).values_list(
+        "number", flat=True
+    )
+    prev_label = f"turn {previous[0]} step {previous[1]}" if previous else ""
+    prev_mds = previous[2] if previous else None
+    step_views = []
+    for step in steps:
+        decision = getattr(step, "decision", None)
+        mds = decision.message_decisions if decision else []
+        by_step = [p for p in primitives if p.step_id == step.id]
+        step_views.append(
+            {
+                "step": step,
+                "decision": decision,
+                "rows": queries.decision_rows(mds, prev_mds if decision else None, active_pins),
+                "changes": queries.step_changes(mds, prev_mds, prev_label) if decision else None,
+                "primitives": [(ev, queries.primitive_summary(ev)) for ev in by_step],
+                "snapshot": _snapshot(step.prompt_snapshot),
+            }
+        )
+        if decision:
+            prev_mds, prev_label = mds, f"turn {step.turn_number} step {step.number}"
+    loose = [(ev, queries.primitive_summary(ev)) for ev in primitives if ev.step_id is None]
+    return {
+        "run": run,
+        "agent": agent,
+        "turn": turn,
+        "steps": step_views,
+        "active_pins": active_pins,
+        "loose_primitives": loose,
+        "prev_turn": number - 1 if number - 1 in neighbours else None,
+        "next_turn": number + 1 if number + 1 in neighbours else None,
+    }
+
+
+def _snapshot(snapshot: Any) -> dict[str, Any] | None:
+    """The prompt snapshot's messages and tools, tolerating odd shapes (unknown keys are legal)."""
+    if not isinstance(snapshot, dict):
+        return None
+    messages = snapshot.get("messages")
+    tools = snapshot.get("tools")
+    return {
+        "model": snapshot.get("model"),
+        "messages": messages if isinstance(messages, list) else [],
+        "tools": tools if isinstance(tools, list) else [],
+    }
+
+
+@login_required
+@require_GET
+def turn(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+    run = _get_run_for_user(request, run_id)
+    agent = _agent_for(request, run)
+    return render(request, "traces/turn.html", _turn_ctx(request, run, agent, number))
+
+
+@login_required
+@require_GET
+def turn_live(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+    """The steps of a turn, for a turn page polling a live run."""
+    run = _get_run_for_user(request, run_id)
+    agent = _agent_for(request, run)
+    return render(request, "traces/_turn_steps.html", _turn_ctx(request, run, agent, number))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Uploads
+
+
+@login_required
+@require_GET
+def uploads(request: HttpRequest) -> HttpResponse:
+    items = list(queries.uploads_for_user(request.user).select_related("project__team")[:50])
+    ctx: dict[str, Any] = {"uploads": items}
+    if request.GET.get("fragment") == "list":
+        return render(request, "traces/_uploads_list.html", ctx)
+    # Viewers read; only roles that can write get the upload form (one membership row must match both).
+    ctx["projects"] = list(
+        Project.objects.filter(
+            team__memberships__user=request.user,
+            team__memberships__role__in=[r for r in Membership.Role.values if r != Membership.Role.VIEWER],
+        )
+        .select_related("team")
+        .order_by("team__name", "slug")
+    )
+    return render(request, "traces/uploads.html", ctx)
