@@ -164,10 +164,18 @@ class TokenCounter:
         return ""
 
     # -- messages -----------------------------------------------------------------------------
-    def count_message(self, msg: Mapping[str, Any]) -> int:
+    @staticmethod
+    def message_key(msg: Mapping[str, Any]) -> Hashable:
+        """The cache key of `msg`: exactly the fields that are counted (role, content, name,
+        tool_call_id, each tool call's function name and arguments). Equal keys, equal counts."""
+        return _fingerprint(msg)
+
+    def count_message(self, msg: Mapping[str, Any], *, key: Hashable | None = None) -> int:
         """Tokens one chat message costs in a request (per-message overhead included, reply priming
-        excluded). Cached by content, so the same message is tokenized once per process."""
-        key = _fingerprint(msg)
+        excluded). Cached by content, so the same message is tokenized once per process. `key`, if
+        given, must be `message_key(msg)` (saves recomputing it)."""
+        if key is None:
+            key = _fingerprint(msg)
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None:

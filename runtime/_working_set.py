@@ -38,7 +38,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,6 +94,8 @@ SUMMARY_MAX_TOKENS = 500
 _MIN_SUMMARY_TOKENS = 64
 _SUMMARY_LINE_CHARS = 1000
 _SUMMARY_SYSTEM = "You are a conversation summarizer. Be concise."
+# Messages whose count, ladder and keywords a builder remembers between steps.
+_INFO_CACHE_SIZE = 32_768
 
 
 # ---------------------------------------------------------------------------------------------
@@ -547,12 +551,7 @@ _STOPWORDS = frozenset(
 
 @functools.lru_cache(maxsize=32_768)
 def _keywords(text: str) -> frozenset[str]:
-    return frozenset(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOPWORDS)
-
-
-@functools.lru_cache(maxsize=32_768)
-def _alarming(text: str) -> bool:
-    return _ALARM.search(text) is not None
+    return frozenset(_WORD.findall(text.lower())) - _STOPWORDS
 
 
 def _scoring_text(msg: Mapping[str, Any]) -> str:
@@ -568,8 +567,28 @@ def _scoring_text(msg: Mapping[str, Any]) -> str:
     return text
 
 
+Rung = tuple[str, dict[str, Any] | None, int]
+
+
+class _MessageInfo:
+    """What the builder knows about one message that does not change from step to step: its L0
+    count, its fidelity ladder (levels rendered so far, strictly decreasing in tokens; extended
+    lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
+    builder, so a steady-state step neither re-renders nor re-counts old messages."""
+
+    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm")
+
+    def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
+        self.msg = msg
+        self.turn = turn
+        self.rungs: list[Rung] = [("L0", None, l0)]
+        self.probe = 1  # index in LEVELS of the next level to try
+        self.keywords: frozenset[str] | None = None
+        self.alarm = False
+
+
 class _Slot:
-    """Builder-internal state of one input message."""
+    """Builder-internal state of one input message in one build."""
 
     __slots__ = (
         "index",
@@ -577,29 +596,32 @@ class _Slot:
         "role",
         "turn",
         "l0",
+        "info",
         "region",
         "unit",
         "score",
-        "ladder",
         "rung",
         "outcome",
         "reason",
     )
 
-    def __init__(self, index: int, msg: Mapping[str, Any], turn: int, l0: int) -> None:
+    def __init__(self, index: int, msg: Mapping[str, Any], info: _MessageInfo) -> None:
         self.index = index
         self.msg = msg
         self.role = str(msg.get("role") or "")
-        self.turn = turn
-        self.l0 = l0
+        self.turn = info.turn
+        self.l0 = info.rungs[0][2]
+        self.info = info
         self.region = "middle"
         self.unit = -1
         self.score: float | None = None
-        # (level, rendered message, tokens), strictly decreasing tokens; computed lazily
-        self.ladder: list[tuple[str, dict[str, Any] | None, int]] | None = None
-        self.rung = 0  # position in the ladder currently used
+        self.rung = 0  # position in info.rungs currently used
         self.outcome: Outcome = "kept"
         self.reason = ""
+
+    @property
+    def level(self) -> str:
+        return self.info.rungs[self.rung][0]
 
     @property
     def sent(self) -> bool:
@@ -635,6 +657,8 @@ class WorkingSetBuilder:
         self.budget = Budget(context_window, response_reserve)
         self.strategy = strategy if strategy is not None else ContextStrategy()
         self.fidelity = fidelity if fidelity is not None else Fidelity()
+        self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def context_window(self) -> int:
@@ -692,7 +716,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots = [_Slot(i, history[i], turns[i], counter.count_message(history[i])) for i in range(n)]
+        slots = [_Slot(i, m, self._info(m, turns[i])) for i, m in enumerate(history)]
         units = _units(history, k)
         for u, members in enumerate(units):
             for i in members:
@@ -895,11 +919,15 @@ class WorkingSetBuilder:
                 s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
 
     def _score(self, s: _Slot, goal: frozenset[str], position: float) -> float:
-        text = _scoring_text(s.msg)
+        info = s.info
+        if info.keywords is None:
+            text = _scoring_text(info.msg)
+            info.alarm = _ALARM.search(text) is not None
+            info.keywords = _keywords(text)
         score = _BASE_SCORE.get(s.role, 0.0)
         if goal:
-            score += min(0.4, 0.1 * len(_keywords(text) & goal))
-        if _alarming(text):
+            score += min(0.4, 0.1 * len(info.keywords & goal))
+        if info.alarm:
             score += 0.3
         # Newer messages win ties: up to +0.1 by position in the conversation.
         score += 0.1 * position
@@ -913,9 +941,11 @@ class WorkingSetBuilder:
                 continue
             s.score = self._score(s, goal, s.index / n)
             target = LEVELS.index(self.fidelity.grade(s.score))
-            ladder = self._ladder(s)
+            rungs = s.info.rungs
+            while LEVELS.index(rungs[-1][0]) < target and self._extend(s.info):
+                pass
             rung = 0
-            while rung + 1 < len(ladder) and LEVELS.index(ladder[rung + 1][0]) <= target:
+            while rung + 1 < len(rungs) and LEVELS.index(rungs[rung + 1][0]) <= target:
                 rung += 1
             s.rung = rung
             if rung:
@@ -997,31 +1027,47 @@ class WorkingSetBuilder:
         )
         return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": prompt}]
 
-    # -- fidelity ladder ----------------------------------------------------------------------
-    def _ladder(self, s: _Slot) -> list[tuple[str, dict[str, Any] | None, int]]:
-        if s.ladder is None:
-            ladder: list[tuple[str, dict[str, Any] | None, int]] = [("L0", None, s.l0)]
-            for level in ("L1", "L2", "L3"):
-                rendered = self.fidelity.render(s.msg, level, turn=s.turn, tokens=s.l0)
+    # -- per-message cache and fidelity ladder ------------------------------------------------
+    def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
+        key = self.counter.message_key(msg)
+        calls = msg.get("tool_calls")
+        # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
+        ids = tuple(tc.get("id") for tc in calls if isinstance(tc, Mapping)) if calls else None
+        ikey = (key, turn, ids)
+        with self._lock:
+            info = self._infos.get(ikey)
+            if info is not None:
+                self._infos.move_to_end(ikey)
+                return info
+        # A shallow snapshot: a caller mutating its dict later must not change cached renders.
+        info = _MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
+        with self._lock:
+            self._infos[ikey] = info
+            if len(self._infos) > _INFO_CACHE_SIZE:
+                self._infos.popitem(last=False)
+        return info
+
+    def _extend(self, info: _MessageInfo) -> bool:
+        """Render the next fidelity level that is strictly smaller than the last rung; False when
+        there is none (the message cannot shrink further and can only be dropped)."""
+        with self._lock:
+            while info.probe < len(LEVELS):
+                level = LEVELS[info.probe]
+                info.probe += 1
+                rendered = self.fidelity.render(info.msg, level, turn=info.turn, tokens=info.rungs[0][2])
                 tokens = self.counter.count_message(rendered)
-                if tokens < ladder[-1][2]:
-                    ladder.append((level, rendered, tokens))
-            s.ladder = ladder
-        return s.ladder
+                if tokens < info.rungs[-1][2]:
+                    info.rungs.append((level, rendered, tokens))
+                    return True
+            return False
 
     def _tokens(self, s: _Slot) -> int:
-        if s.rung == 0:
-            return s.l0
-        assert s.ladder is not None
-        return s.ladder[s.rung][2]
+        return s.info.rungs[s.rung][2]
 
     def _rendered(self, s: _Slot) -> dict[str, Any]:
-        if s.rung == 0:
-            return dict(s.msg)
-        assert s.ladder is not None
-        rendered = s.ladder[s.rung][1]
-        assert rendered is not None
-        return rendered
+        rendered = s.info.rungs[s.rung][1]
+        # L0 sends this step's own message; lower levels a copy of the cached render.
+        return dict(s.msg) if rendered is None else dict(rendered)
 
     # -- step 5 -------------------------------------------------------------------------------
     def _fit(self, slots: list[_Slot], units: list[list[int]], total: int, budget: int) -> int:
@@ -1033,8 +1079,8 @@ class WorkingSetBuilder:
         def demote(order: list[_Slot], reason: str) -> None:
             nonlocal total
             for s in order:
-                ladder = self._ladder(s)
-                while total > budget and s.rung + 1 < len(ladder):
+                rungs = s.info.rungs
+                while total > budget and (s.rung + 1 < len(rungs) or self._extend(s.info)):
                     before = self._tokens(s)
                     s.rung += 1
                     total -= before - self._tokens(s)
@@ -1078,7 +1124,7 @@ class WorkingSetBuilder:
     # -- step 6 -------------------------------------------------------------------------------
     def _decision(self, s: _Slot) -> MessageDecision:
         sent = s.sent
-        level = (s.ladder[s.rung][0] if s.ladder is not None else "L0") if sent else None
+        level = s.level if sent else None
         return MessageDecision(
             index=s.index,
             role=s.role,
@@ -1120,7 +1166,7 @@ class WorkingSetBuilder:
         sent_input = 0
         for s in slots:
             if s.sent:
-                dist[s.ladder[s.rung][0] if s.ladder is not None else "L0"] += 1
+                dist[s.level] += 1
                 sent_input += self._tokens(s)
         l0_total = sum(s.l0 for s in slots)
         return ContextReport(
@@ -1185,9 +1231,9 @@ class WorkingSetBuilder:
                 text += f", {compressed} compressed, {dropped} dropped"
             text += f"; {figures}"
         else:
-            squeezed = [s for s in slots if s.outcome == "compressed" and s.ladder is not None]
+            squeezed = [s for s in slots if s.outcome == "compressed"]
             before = sum(s.l0 for s in squeezed)
-            after = sum(s.ladder[s.rung][2] for s in squeezed if s.ladder is not None)
+            after = sum(s.info.rungs[s.rung][2] for s in squeezed)
             ratio = before / after if after else 1.0
             text = f"{compressed} messages fidelity-compressed ({ratio:.1f}x), {dropped} dropped; {figures}"
         if pin_count:

@@ -1,0 +1,181 @@
+"""Runtime overhead per step: the working-set builder plus its bookkeeping (the context-decision
+metadata serialised as the trace writer would), provider excluded.
+
+For histories of 50, 200 and 1,000 messages (a realistic mix: user questions, assistant answers,
+assistant tool calls with JSON arguments, tool results of a few hundred to a thousand tokens, two
+pins), it prints:
+
+- floor: the time tiktoken needs to encode the whole history once (every text the counter reads);
+- cold: one step with an empty count cache (a fresh process, or a restored session);
+- warm: the median step once counts are cached, the history grown by one tool round per step
+  (steady state of a running conversation);
+- ratio = step time / floor.
+
+Two windows: 128k (passthrough, or aggressive_truncate for the 250k-token history) and a "tight"
+window the history fills to ~65% (tail_preserve: relevance scoring, the fidelity ladder and the fit
+loop all run).
+
+Run: .venv/bin/python bench/runtime_overhead.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runtime._tokens import TokenCounter  # noqa: E402
+from runtime._working_set import ContextStrategy, PinBlock, WorkingSetBuilder  # noqa: E402
+
+VOCAB = (
+    "the deployment pipeline failed because the staging cluster ran out of memory while building the "
+    "container image so we retried with a larger node pool and the migration finished in twelve minutes "
+    "customer reported latency spikes around midnight UTC on the checkout service after the cache eviction "
+    "policy changed; budget approved 40k for Q3 with a review in September and the launch plan has three "
+    "phases: internal beta, partner preview and general availability 2026-11-30 ticket #4471 owner Dana"
+).split()
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name.replace('_', ' ').capitalize()} for the current project.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What to look for."},
+                    "limit": {"type": "integer", "description": "Maximum results."},
+                },
+                "required": ["query"],
+            },
+        },
+    }
+    for name in ("search_docs", "read_ticket", "run_sql", "get_metrics")
+]
+
+
+def text(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(n_words))
+
+
+def make_history(n: int, seed: int = 7) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a careful SRE assistant. " + text(rng, 60)}
+    ]
+    call = 0
+    while len(history) < n:
+        history.append({"role": "user", "content": text(rng, rng.randint(15, 150))})
+        for _ in range(rng.randint(0, 3)):
+            call += 1
+            cid = f"call_{call:06d}"
+            args = json.dumps({"query": text(rng, rng.randint(3, 40)), "limit": rng.randint(1, 50)})
+            history.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": rng.choice(TOOLS)["function"]["name"], "arguments": args},
+                        }
+                    ],
+                }
+            )
+            history.append({"role": "tool", "tool_call_id": cid, "content": text(rng, rng.randint(80, 900))})
+        history.append({"role": "assistant", "content": text(rng, rng.randint(40, 300))})
+    return (
+        history[:n]
+        if history[n - 1]["role"] != "assistant" or not history[n - 1].get("tool_calls")
+        else history[: n + 1]
+    )
+
+
+PINS = [
+    PinBlock("p_a1b2c3d4", "key facts", "Budget 40k for Q3. GA date 2026-11-30. Owner Dana."),
+    PinBlock("p_0badf00d", "plan", "1. internal beta 2. partner preview 3. general availability"),
+]
+
+
+def floor_seconds(history: list[dict[str, Any]], counter: TokenCounter, repeats: int = 5) -> float:
+    """Encode every text of the history once with tiktoken (no caching): the least any exact
+    counter must spend."""
+    texts: list[str] = []
+    for m in history:
+        texts.append(m["role"])
+        if m.get("content"):
+            texts.append(m["content"])
+        for tc in m.get("tool_calls") or ():
+            texts += [tc["function"]["name"], tc["function"]["arguments"]]
+        if m.get("tool_call_id"):
+            texts.append(m["tool_call_id"])
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for t in texts:
+            counter.encode(t)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+async def one_step(builder: WorkingSetBuilder, history: list[dict[str, Any]], step: int) -> float:
+    t0 = time.perf_counter()
+    ws = await builder.build(history, tools=TOOLS, pins=PINS, turn=step, step=1)
+    # bookkeeping: the context_decision event metadata, serialised as the JSONL/HTTP sinks do
+    json.dumps({"producer": "arcana-console", "turn": step, "step": 1, **ws.decision.to_metadata()})
+    return time.perf_counter() - t0
+
+
+async def measure(n: int, window: int) -> dict[str, Any]:
+    full = make_history(n + 40)
+    history = full[:n]
+    # cold: a fresh counter (empty cache) — but the encoding itself is loaded once per process
+    counter = TokenCounter()
+    builder = WorkingSetBuilder(counter, context_window=window, strategy=ContextStrategy())
+    cold = await one_step(builder, history, 1)
+    # warm: the conversation grows by a message per step, as a running session's does
+    warm: list[float] = []
+    for i in range(1, 11):
+        warm.append(await one_step(builder, full[: n + i], i + 1))
+    ws = await builder.build(full[: n + 10], tools=TOOLS, pins=PINS, turn=11, step=1)
+    return {
+        "n": n,
+        "window": window,
+        "floor": floor_seconds(history, counter),
+        "cold": cold,
+        "warm": statistics.median(warm),
+        "strategy": ws.decision.strategy,
+        "tokens": counter.count_messages(history),
+    }
+
+
+def main() -> None:
+    TokenCounter()  # load the encoding before timing anything
+    print(
+        f"{'messages':>8} {'window':>7} {'history tok':>11} {'strategy':>19} {'floor ms':>9} "
+        f"{'cold ms':>8} {'cold/floor':>10} {'warm ms':>8} {'warm/floor':>10}"
+    )
+    for label in ("128k", "tight"):
+        for n in (50, 200, 1000):
+            tokens = TokenCounter().count_messages(make_history(n))
+            # "tight": a window the history fills to ~65%, so tail_preserve grades and demotes
+            window = 128_000 if label == "128k" else int(tokens / 0.65)
+            r = asyncio.run(measure(n, window))
+            print(
+                f"{r['n']:>8} {r['window']:>7} {r['tokens']:>11} {r['strategy']:>19} {r['floor'] * 1e3:>9.2f} "
+                f"{r['cold'] * 1e3:>8.2f} {r['cold'] / r['floor']:>10.2f} {r['warm'] * 1e3:>8.2f} "
+                f"{r['warm'] / r['floor']:>10.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
