@@ -403,15 +403,20 @@ class ChatSession:
         for step in range(1, max_steps + 1):
             step_id = str(uuid.uuid4())
             summary_usage: list[Usage] = []
-            ws = await self.builder.build(
-                self.history,
-                tools=tools,
-                pins=self.cognitive.pin_blocks(turn),
-                turn=turn,
-                step=step,
-                summarize=self._summarizer(turn, step, step_id, summary_usage),
-                message_turns=self._message_turns,
-            )
+            try:
+                ws = await self.builder.build(
+                    self.history,
+                    tools=tools,
+                    pins=self.cognitive.pin_blocks(turn),
+                    turn=turn,
+                    step=step,
+                    summarize=self._summarizer(turn, step, step_id, summary_usage),
+                    message_turns=self._message_turns,
+                )
+            except ContextOverflowError as exc:
+                # Identity + task + pins no longer fit (e.g. a huge tool result is the task's tail).
+                self._emit_error(exc, "context_overflow", turn, step, step_id)
+                raise
             for u in summary_usage:
                 usage = _add_usage(usage, u)
             self._emit_decision(ws.decision, turn, step, step_id)
@@ -781,10 +786,14 @@ class ChatSession:
         )
 
     def _emit_provider_error(self, exc: BaseException, turn: int, step: int, step_id: str) -> None:
+        category = "provider" if isinstance(exc, ProviderError) else "unexpected"
+        self._emit_error(exc, category, turn, step, step_id)
+
+    def _emit_error(self, exc: BaseException, category: str, turn: int, step: int, step_id: str) -> None:
         metadata: dict[str, Any] = {
             "error": type(exc).__name__,
             "message": str(exc),
-            "error_category": "provider" if isinstance(exc, ProviderError) else "unexpected",
+            "error_category": category,
             "provider": self.provider_name,
         }
         status = getattr(exc, "status_code", None)

@@ -453,3 +453,30 @@ def test_long_tool_results_are_cut_with_a_visible_marker(tmp_path: Path) -> None
     run(go())
     content = tool_results(provider.requests[1])["call_1"]
     assert content == "x" * 100 + "\n[truncated: 500 chars total]"
+
+
+def test_an_overflow_found_by_the_builder_is_traced_and_raised(tmp_path: Path) -> None:
+    # Pins may take the whole window (fraction 1.0); the next step's floor then cannot fit.
+    big = " ".join(f"fact{i}" for i in range(300))
+    provider = ScriptedProvider([calls(call("pin", content=big)), "never"])
+    rt = Runtime(
+        {"s": provider},
+        config=RuntimeConfig(
+            trace_dir=str(tmp_path),
+            context_window=900,
+            response_reserve=100,
+            pin_budget_fraction=1.0,
+            cognitive_primitives=["pin"],
+        ),
+    )
+
+    async def go() -> None:
+        async with rt.chat() as chat:
+            with pytest.raises(ContextOverflowError):
+                await chat.send("pin this")
+
+    run(go())
+    assert len(provider.requests) == 1
+    [error] = of_type(read_events(tmp_path), "error")
+    assert error["metadata"]["error_category"] == "context_overflow"
+    assert (error["metadata"]["turn"], error["metadata"]["step"]) == (1, 2)
