@@ -8,7 +8,7 @@ size of the run, so pages stay bounded (the view tests pin the counts).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,7 +325,8 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
                 pin_id = d.get("pin_id")
                 if not pin_id:
                     if active is None:
-                        active = [p for p in pins if p.is_active_at(turn_number)]
+                        count = sum(1 for x in mds if is_pin_decision(x))
+                        active = rendered_pins(pins, turn_number, count)
                     pin_id = active[pin_k - 1].pin_id if pin_k <= len(active) else f"#{pin_k}"
                 key: tuple[int, Any] = (1, pin_id)
                 if key not in row_meta:
@@ -408,6 +409,24 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
         legend=LEGEND,
         truncated_rows=truncated,
     )
+
+
+def rendered_pins(pins: Sequence[Pin], turn: int, count: int) -> list[Pin]:
+    """The pins a step's `count` pinned blocks stand for, in render (creation) order.
+
+    Arcana 1.2 names no pin in its decisions, and renders a pin with `until_turn = u` one LLM call
+    longer than DESIGN.md's rule (reference §7.3). So: the pins active at `turn`; if the step rendered
+    more blocks than that, also the pins that expired just before it."""
+    strict = [p for p in pins if p.is_active_at(turn)]
+    if count <= len(strict):
+        return strict
+    return [
+        p
+        for p in pins
+        if p.created_turn <= turn
+        and (p.unpinned_turn is None or p.unpinned_turn >= turn)
+        and (p.until_turn is None or p.until_turn >= turn - 1)
+    ]
 
 
 def _cell(start: tuple[int, str, str], end_col: int, x0: float, cw: float, y: float, ch: float) -> MapCell:
@@ -647,49 +666,59 @@ class DecisionRow:
 class StepChanges:
     changed: list[tuple[dict[str, Any], str, str]]  # (decision, before, after)
     new_messages: int
+    gone_messages: int
     pins_added: list[str]
     pins_gone: list[str]
     previous_label: str
 
     @property
     def empty(self) -> bool:
-        return not (self.changed or self.new_messages or self.pins_added or self.pins_gone)
+        return not (
+            self.changed or self.new_messages or self.gone_messages or self.pins_added or self.pins_gone
+        )
 
 
-def _decision_key(d: dict[str, Any], pin_k: int) -> tuple[int, Any]:
+def _decision_key(d: dict[str, Any], pin_k: int, rendered: Sequence[Pin]) -> tuple[int, Any]:
     if is_pin_decision(d):
-        return (1, d.get("pin_id") or f"#{pin_k}")
+        pin_id = d.get("pin_id") or (rendered[pin_k - 1].pin_id if pin_k <= len(rendered) else f"#{pin_k}")
+        return (1, pin_id)
     return (0, d.get("index"))
 
 
-def keyed_decisions(mds: Iterable[dict[str, Any]]) -> dict[tuple[int, Any], dict[str, Any]]:
+def keyed_decisions(
+    mds: Sequence[dict[str, Any]], pins: Sequence[Pin] = (), turn: int = 0
+) -> dict[tuple[int, Any], dict[str, Any]]:
+    """Decisions keyed by message index, or by pin id for pinned blocks (resolved as in the map)."""
+    rendered = rendered_pins(pins, turn, sum(1 for d in mds or [] if is_pin_decision(d))) if pins else []
     out: dict[tuple[int, Any], dict[str, Any]] = {}
     pin_k = 0
     for d in mds or []:
         if is_pin_decision(d):
             pin_k += 1
-        out[_decision_key(d, pin_k)] = d
+        out[_decision_key(d, pin_k, rendered)] = d
     return out
 
 
 def decision_rows(
-    mds: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]] | None, active_pins: Sequence[Pin]
+    mds: Sequence[dict[str, Any]],
+    previous: Sequence[dict[str, Any]] | None,
+    pins: Sequence[Pin],
+    turn: int,
 ) -> list[DecisionRow]:
-    """The decision table of one step, with [PIN] rows resolved to their pin and changes flagged."""
-    prev = keyed_decisions(previous) if previous is not None else None
-    pins_by_id = {p.pin_id: p for p in active_pins}
+    """The decision table of one step, with [PIN] rows resolved to their pin and changes flagged.
+
+    `pins` are all the agent's pins; Arcana pin blocks (no pin_id) resolve through `rendered_pins`."""
+    prev = keyed_decisions(previous, pins, turn - 1) if previous is not None else None
+    pins_by_id = {p.pin_id: p for p in pins}
+    active_pins = rendered_pins(pins, turn, sum(1 for d in mds or [] if is_pin_decision(d)))
     rows = []
     pin_k = 0
     for d in mds or []:
         is_pin = is_pin_decision(d)
         if is_pin:
             pin_k += 1
-        key = _decision_key(d, pin_k)
-        pin = None
-        if is_pin:
-            pin = pins_by_id.get(d.get("pin_id") or "") or (
-                active_pins[pin_k - 1] if not d.get("pin_id") and pin_k <= len(active_pins) else None
-            )
+        key = _decision_key(d, pin_k, active_pins)
+        pin = pins_by_id.get(key[1]) if is_pin else None
         changed = ""
         if prev is not None:
             before = prev.get(key)
@@ -702,23 +731,30 @@ def decision_rows(
 
 
 def step_changes(
-    mds: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]] | None, previous_label: str
+    mds: Sequence[dict[str, Any]],
+    previous: Sequence[dict[str, Any]] | None,
+    previous_label: str,
+    pins: Sequence[Pin] = (),
+    turn: int = 0,
+    previous_turn: int = 0,
 ) -> StepChanges | None:
     """What changed for the model between the previous step and this one (None for the first step)."""
     if previous is None:
         return None
-    now, before = keyed_decisions(mds), keyed_decisions(previous)
+    now, before = keyed_decisions(mds, pins, turn), keyed_decisions(previous, pins, previous_turn)
     changed = []
     for key, d in now.items():
         old = before.get(key)
         if key[0] == 0 and old is not None and outcome_class(old) != outcome_class(d):
             changed.append((d, outcome_label(old), outcome_label(d)))
     new_messages = sum(1 for k in now if k[0] == 0 and k not in before)
+    gone_messages = sum(1 for k in before if k[0] == 0 and k not in now)
     pins_now = {k[1] for k in now if k[0] == 1}
     pins_before = {k[1] for k in before if k[0] == 1}
     return StepChanges(
         changed=changed,
         new_messages=new_messages,
+        gone_messages=gone_messages,
         pins_added=sorted(str(p) for p in pins_now - pins_before),
         pins_gone=sorted(str(p) for p in pins_before - pins_now),
         previous_label=previous_label,

@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from traces import queries
-from traces.models import ContextDecision, Membership, PrimitiveEvent, Project, Run, Step, Turn
+from traces.models import ContextDecision, Membership, Pin, PrimitiveEvent, Project, Run, Step, Turn
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -142,7 +142,9 @@ def run_fidelity(request: HttpRequest, run_id: str) -> HttpResponse:
 def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[str, Any]:
     turn = get_object_or_404(Turn, run=run, agent=agent, number=number)
     steps = list(Step.objects.filter(turn=turn).select_related("decision").order_by("number"))
-    active_pins = list(run.active_pins_at(number, agent))
+    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
+    # Same rule as Run.active_pins_at (DESIGN.md §1), applied to the pins already loaded.
+    active_pins = [p for p in pins if p.is_active_at(number)]
     primitives = list(
         PrimitiveEvent.objects.filter(run=run, agent=agent, turn_number=number).order_by("timestamp", "id")
     )
@@ -158,6 +160,7 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
     )
     prev_label = f"turn {previous[0]} step {previous[1]}" if previous else ""
     prev_mds = previous[2] if previous else None
+    prev_turn = previous[0] if previous else 0
     step_views = []
     for step in steps:
         decision = getattr(step, "decision", None)
@@ -167,14 +170,18 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
             {
                 "step": step,
                 "decision": decision,
-                "rows": queries.decision_rows(mds, prev_mds if decision else None, active_pins),
-                "changes": queries.step_changes(mds, prev_mds, prev_label) if decision else None,
+                "rows": queries.decision_rows(mds, prev_mds if decision else None, pins, number),
+                "changes": (
+                    queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn)
+                    if decision
+                    else None
+                ),
                 "primitives": [(ev, queries.primitive_summary(ev)) for ev in by_step],
                 "snapshot": _snapshot(step.prompt_snapshot),
             }
         )
         if decision:
-            prev_mds, prev_label = mds, f"turn {step.turn_number} step {step.number}"
+            prev_mds, prev_label, prev_turn = mds, f"turn {step.turn_number} step {step.number}", number
     loose = [(ev, queries.primitive_summary(ev)) for ev in primitives if ev.step_id is None]
     return {
         "run": run,
@@ -225,7 +232,7 @@ def turn_live(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
 @login_required
 @require_GET
 def uploads(request: HttpRequest) -> HttpResponse:
-    items = list(queries.uploads_for_user(request.user).select_related("project__team")[:50])
+    items = list(queries.uploads_for_user(request.user).select_related("project__team", "created_by")[:50])
     ctx: dict[str, Any] = {"uploads": items}
     if request.GET.get("fragment") == "list":
         return render(request, "traces/_uploads_list.html", ctx)

@@ -138,3 +138,42 @@ def ingest_live_run(project: Project, run_id: str, turns: int = 2) -> None:
             run_id, t, 1, decisions=[decision(i, "user") for i in range(t)], finish="tool_calls"
         )
     ingest_events(project, events, source="api")
+
+
+XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+
+
+def ingest_hostile_run(project: Project, run_id: str = "hostile-run", big: int = 50_000) -> None:
+    """A run whose every string a page shows carries markup, and one 50 KB answer."""
+    decisions = [
+        decision(0, "system"),
+        decision(1, "user"),
+        {**decision(2, "system"), "reason": "pinned", "pinned": True, "pin_id": "p_0000beef"},
+    ]
+    events = our_step(run_id, 1, 1, decisions=decisions, text=XSS + " " + "x" * big)
+    turn_event = events[1]
+    base = {"producer": "arcana-console", "turn": 1, "step": 1}
+    events.append(
+        envelope(
+            run_id,
+            "cognitive_primitive",
+            {
+                **base,
+                "primitive": "pin",
+                "args": {"content": XSS, "label": XSS},
+                "result": {
+                    "pinned": True,
+                    "pin_id": "p_0000beef",
+                    "label": XSS,
+                    "until_turn": None,
+                    "already_pinned": False,
+                },
+                "tool_call_id": "call_1",
+                "tokens": 30,
+            },
+            parent_step_id=turn_event["step_id"],
+            timestamp=turn_event["timestamp"],
+        )
+    )
+    events[0]["metadata"]["context_decision"]["explanation"] = XSS
+    ingest_events(project, events, source="api")

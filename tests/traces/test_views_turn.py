@@ -1,0 +1,148 @@
+"""The turn page (`/runs/<run_id>/turns/<n>`): decision tables with [PIN] rows, active pins, prompt
+snapshots, LLM output, primitive calls, what changed, navigation, escaping, access."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.traces.runtime_trace import write_runtime_trace
+from tests.traces.views_helpers import (
+    OUR_RUN,
+    PIN_RUN,
+    POOL_RUN,
+    ingest_file,
+    ingest_hostile_run,
+    ingest_live_run,
+    ingest_samples,
+)
+from traces.models import Project, Run, Step
+
+
+@pytest.fixture
+def samples(project: Project) -> Project:
+    ingest_samples(project)
+    return project
+
+
+def test_it_requires_login(client: Client, samples: Project) -> None:
+    r = client.get(f"/runs/{PIN_RUN}/turns/1")
+    assert r.status_code == 302 and "/accounts/login/" in r["Location"]
+
+
+def test_it_checks_team_access(samples: Project, charlie_client: Client) -> None:
+    assert charlie_client.get(f"/runs/{PIN_RUN}/turns/1").status_code == 404
+    assert charlie_client.get(f"/runs/{PIN_RUN}/turns/1/live").status_code == 404
+
+
+def test_it_lets_members_read(samples: Project, bob_client: Client) -> None:
+    assert bob_client.get(f"/runs/{PIN_RUN}/turns/4").status_code == 200
+
+
+def test_it_404s_a_turn_out_of_range(samples: Project, alice_client: Client) -> None:
+    assert alice_client.get(f"/runs/{PIN_RUN}/turns/11").status_code == 404
+
+
+def test_it_flags_pinned_blocks_and_lists_active_pins(samples: Project, alice_client: Client) -> None:
+    # Turn 4: "constraints" expired after turn 3 (still rendered by Arcana's off-by-one), "customer" active.
+    r = alice_client.get(f"/runs/{PIN_RUN}/turns/4")
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert [p.label for p in r.context["active_pins"]] == ["customer"]
+    rows = r.context["steps"][0]["rows"]
+    pinned = [row for row in rows if row.is_pin]
+    assert [row.pin.label for row in pinned] == ["constraints", "customer"]
+    assert html.count("[PIN]</span>") == 2
+    assert "Active pins at turn 4" in html and "p_825eb861" in html
+    assert "pinned at turn 3" in html
+
+
+def test_it_shows_the_decision_table_explanation_and_budget(samples: Project, alice_client: Client) -> None:
+    r = alice_client.get(f"/runs/{PIN_RUN}/turns/6")
+    html = r.content.decode()
+    decision = r.context["steps"][0]["decision"]
+    assert decision.explanation and decision.explanation in html
+    assert f"{decision.budget_used} / {decision.budget_total}" in html
+    for d in decision.message_decisions:
+        if d["reason"] != "pinned":
+            assert d["reason"] in html
+    assert 'class="fid fid--L3"' in html  # demoted messages carry their fidelity
+
+
+def test_it_says_what_changed_since_the_previous_step(samples: Project, alice_client: Client) -> None:
+    r = alice_client.get(f"/runs/{PIN_RUN}/turns/3")
+    changes = r.context["steps"][0]["changes"]
+    assert changes.previous_label == "turn 2 step 1"
+    assert changes.new_messages == 2
+    assert [(d["index"], after) for d, _before, after in changes.changed] == [(5, "dropped"), (6, "dropped")]
+    assert "What changed since turn 2 step 1" in r.content.decode()
+
+
+def test_it_shows_prompt_snapshot_output_and_primitive_results(
+    samples: Project, alice_client: Client
+) -> None:
+    r = alice_client.get(f"/runs/{PIN_RUN}/turns/5")
+    html = r.content.decode()
+    step = Step.objects.get(run__run_id=PIN_RUN, turn_number=5)
+    assert step.prompt_snapshot is not None
+    assert "Prompt snapshot" in html and "<details" in html
+    assert "recall turn=999 → turn out of range: 999, max=4" in html
+    assert "&quot;note&quot;: &quot;turn out of range: 999, max=4&quot;" in html  # the full result
+    assert step.assistant_text and step.assistant_text[:60] in html
+
+
+def test_it_links_previous_and_next_turns_for_j_and_k(samples: Project, alice_client: Client) -> None:
+    html = alice_client.get(f"/runs/{PIN_RUN}/turns/5").content.decode()
+    assert f'data-nav="prev" rel="prev" href="/runs/{PIN_RUN}/turns/4"' in html
+    assert f'data-nav="next" rel="next" href="/runs/{PIN_RUN}/turns/6"' in html
+    first = alice_client.get(f"/runs/{PIN_RUN}/turns/1").content.decode()
+    assert 'data-nav="prev"' not in first and "js/turn.js" in first
+
+
+def test_it_scopes_turns_to_a_pool_agent(samples: Project, alice_client: Client) -> None:
+    r = alice_client.get(f"/runs/{POOL_RUN}/turns/1?agent=planner")
+    assert r.status_code == 200 and r.context["agent"] == "planner"
+    assert all(sv["step"].agent == "planner" for sv in r.context["steps"])
+
+
+def test_it_reads_a_turn_in_a_bounded_number_of_queries(
+    samples: Project, alice_client: Client, django_assert_max_num_queries: Any
+) -> None:
+    with django_assert_max_num_queries(12):
+        r = alice_client.get(f"/runs/{OUR_RUN}/turns/2")  # 3 steps, primitives, pins
+    assert len(r.context["steps"]) == 3
+
+
+def test_it_collapses_long_content_and_escapes_markup(project: Project, alice_client: Client) -> None:
+    ingest_hostile_run(project, big=50_000)
+    r = alice_client.get("/runs/hostile-run/turns/1")
+    html = r.content.decode()
+    assert "<script>window.__xss" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
+    assert 'class="collapse long-text"' in html and "50" in html and "chars — show all" in html
+    assert "[PIN]" in html and "p_0000beef" in html
+    assert len(r.content) < 1_000_000
+
+
+def test_it_polls_a_live_turn(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-run", turns=1)
+    html = alice_client.get("/runs/live-run/turns/1").content.decode()
+    assert 'data-live-url="/runs/live-run/turns/1/live"' in html
+    fragment = alice_client.get("/runs/live-run/turns/1/live")
+    assert b'data-live="true"' in fragment.content and b"<html" not in fragment.content
+
+
+def test_it_shows_a_run_written_by_our_runtime(
+    project: Project, alice_client: Client, tmp_path: Path
+) -> None:
+    path = write_runtime_trace(tmp_path)
+    ingest_file(project, path)
+    run = Run.objects.get(project=project, run_id=path.stem)
+    assert run.source == Run.Source.RUNTIME and run.turns == 3 and run.pin_count == 1
+    html = alice_client.get(f"/runs/{run.run_id}/turns/2").content.decode()
+    assert "key facts" in html and "[PIN]" in html
+    assert "recall turn=1 → 5 messages" in html
+    assert "Budget is 42 units; deadline is Friday." in html  # the pin content in the side panel
