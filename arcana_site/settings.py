@@ -142,6 +142,7 @@ CELERY_TASK_DEFAULT_QUEUE = "ingest"
 CELERY_TASK_ROUTES = {
     "traces.tasks.process_upload": {"queue": "ingest"},
     "traces.tasks.run_conversation": {"queue": "agents"},
+    "traces.tasks.run_demo_conversation": {"queue": "agents"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

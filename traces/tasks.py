@@ -10,7 +10,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from traces import ingest
-from traces.models import Upload
+from traces.models import Project, Upload
 
 log = logging.getLogger(__name__)
 
@@ -102,3 +102,12 @@ def process_upload(upload_id: int) -> dict[str, Any]:
         finished_at=timezone.now(),
     )
     return {"upload": upload_id, "status": "done"}
+
+
+@shared_task(name="traces.tasks.run_demo_conversation")
+def run_demo_conversation(project_id: int) -> dict[str, Any]:
+    """Run the scripted demo conversation on the `agents` queue, streaming into the project."""
+    from traces.conversations import run_demo_conversation as run
+
+    project = Project.objects.get(pk=project_id)
+    return run(project)

@@ -2,7 +2,8 @@
 
 Run by `scripts/run` at every start; it only does what is missing. The demo password is random and
 printed once, when the user is created. The sample traces are real files written by arcana-agent
-1.2.0; they are imported through the one ingest path like any upload.
+1.2.0; they are imported through the one ingest path like any upload. A run of our own runtime is
+queued for the Celery worker, which streams it into the project while it plays.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.db import transaction
 
 from traces import ingest
 from traces.models import Membership, Project, Run, Team
+from traces.tasks import run_demo_conversation
 
 DEMO_TRACES = Path(settings.BASE_DIR) / "demo" / "traces"
 
@@ -64,3 +66,7 @@ class Command(BaseCommand):
                 accepted += ingest.ingest_jsonl(proj, fh, source="cli").accepted
         runs = Run.objects.filter(project=proj).count()
         self.stdout.write(f"Imported {accepted} demo events ({runs} runs) into {team}/{project}.")
+        # Our own runtime's demo conversation is played by the Celery worker (queue `agents`) and
+        # streamed into the project as it runs: the first thing a new user sees is the real path.
+        run_demo_conversation.delay_on_commit(proj.pk)
+        self.stdout.write("Queued the runtime's demo conversation for the worker.")
