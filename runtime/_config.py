@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from ._working_set import ContextStrategy
@@ -52,6 +53,13 @@ def normalize_primitives(
             )
         seen.add(name)
     return tuple(n for n in ACCEPTED_PRIMITIVES if n in seen)
+
+
+def pin_cap(context_window: int, pin_budget_fraction: float) -> int:
+    """The hard pin budget `int(context_window * pin_budget_fraction)`, computed on the decimal value
+    the fraction was written as: in binary floating point 10_000 * 0.57 is 5699.999..., which would
+    make the cap one token smaller than the configuration says."""
+    return int(context_window * Fraction(repr(float(pin_budget_fraction))))
 
 
 def primitive_tool_names(enabled: Sequence[str]) -> tuple[str, ...]:
@@ -143,8 +151,8 @@ class RuntimeConfig:
 
     @property
     def pin_cap_tokens(self) -> int:
-        """The hard pin budget: `int(context_window * pin_budget_fraction)` tokens."""
-        return int(self.context_window * self.pin_budget_fraction)
+        """The hard pin budget: `int(context_window * pin_budget_fraction)` tokens (see `pin_cap`)."""
+        return pin_cap(self.context_window, self.pin_budget_fraction)
 
     def describe(self) -> dict[str, Any]:
         """A JSON-safe summary (for logs and exported state)."""

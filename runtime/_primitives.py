@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._config import ALL_PRIMITIVE_TOOL_NAMES, normalize_primitives, primitive_tool_names
+from ._config import ALL_PRIMITIVE_TOOL_NAMES, normalize_primitives, pin_cap, primitive_tool_names
 from ._tokens import TokenCounter
 from ._working_set import PinBlock, render_pin
 
@@ -249,8 +249,8 @@ class CognitiveHandler:
     # -- what the model sees -------------------------------------------------------------------
     @property
     def cap(self) -> int:
-        """The pin budget: `int(context_window * pin_budget_fraction)` tokens."""
-        return int(self.context_window * self.pin_budget_fraction)
+        """The pin budget: `int(context_window * pin_budget_fraction)` tokens, exact (see `pin_cap`)."""
+        return pin_cap(self.context_window, self.pin_budget_fraction)
 
     def schemas(self) -> list[dict[str, Any]]:
         return primitive_schemas(self.enabled)

@@ -430,6 +430,37 @@ def test_pin_cap_boundary_equal_passes_one_token_over_fails(tmp_path: Path, over
         assert [p["pin_id"] for p in chat.pins] == ["p_0000000a"]
 
 
+def _content_rendering_to(tokens: int, pin_id: str) -> str:
+    """Content whose rendered pin block (no label) is exactly `tokens` tokens."""
+    base = _pin_tokens(pin_id, None, "x")
+    content = "x" + " a" * (tokens - base)  # " a" is one cl100k token
+    assert _pin_tokens(pin_id, None, content) == tokens
+    return content
+
+
+def test_pin_cap_is_exact_for_fractions_binary_floats_cannot_hold(tmp_path: Path) -> None:
+    # 10_000 * 0.57 == 5699.999... in floating point: the cap must still be the 5,700 tokens configured.
+    assert RuntimeConfig(context_window=10_000, pin_budget_fraction=0.57).pin_cap_tokens == 5700
+    content = _content_rendering_to(5700, "p_0000000a")
+    rt, _ = make(
+        tmp_path,
+        [calls(call("pin", content=content)), "ok"],
+        context_window=10_000,
+        pin_budget_fraction=0.57,
+    )
+
+    async def go() -> Any:
+        async with rt.chat() as chat:
+            chat.cognitive.id_factory = fixed_ids("p_0000000a")
+            await chat.send("pin it")
+            return chat
+
+    chat = run(go())
+    [result] = results_of(read_events(tmp_path / "traces"), "pin")
+    assert result["pinned"] is True, result
+    assert chat.pins[0]["tokens"] == 5700 == chat.cognitive.cap
+
+
 def test_pin_tokens_are_counted_exactly_as_the_builder_counts_the_rendered_block(tmp_path: Path) -> None:
     rt, _ = make(tmp_path, [calls(call("pin", content="Budget 42; deadline Friday.", label="facts")), "ok"])
 
