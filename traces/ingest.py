@@ -219,7 +219,8 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                 )
             )
         now = timezone.now()
-        new_rows: list[Event] = []
+        # Raw rows as plain tuples (not model instances): this is the hottest loop of ingestion.
+        new_rows: list[tuple[Any, ...]] = []
         fresh: dict[str, list[TraceEvent]] = {}
         for rid in run_ids:
             for sid, c in by_run[rid].items():
@@ -229,20 +230,11 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                 statuses[c.index] = "accepted"
                 ev = c.event
                 new_rows.append(
-                    Event(
-                        project=project,
-                        run_id=rid,
-                        step_id=sid,
-                        parent_step_id=ev.parent_step_id,
-                        event_type=ev.event_type,
-                        agent=ev.source_agent or "",
-                        timestamp=ev.timestamp_dt,
-                        raw=c.raw,
-                        received_at=now,
-                    )
-                )
+                    (project.pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
+                     ev.timestamp_dt, c.raw, now)
+                )  # fmt: skip
                 fresh.setdefault(rid, []).append(ev)
-        fast_insert(Event, new_rows)
+        _insert_events(new_rows)
         changed = [runs[rid] for rid in run_ids if rid in fresh]
         old = [run for run in changed if run.events > 0]
         events_of: dict[int, list[TraceEvent]] = {
@@ -698,6 +690,34 @@ def fast_insert(model: type[models.Model], objs: list[Any], *, need_ids: bool = 
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+_EVENT_COLUMNS = (
+    "project_id",
+    "run_id",
+    "step_id",
+    "parent_step_id",
+    "event_type",
+    "agent",
+    "timestamp",
+    "raw",
+    "received_at",
+)
+
+
+def _insert_events(rows: list[tuple[Any, ...]]) -> None:
+    """Write raw event rows (tuples in `_EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        Event.objects.bulk_create(
+            [Event(**dict(zip(_EVENT_COLUMNS, r, strict=True))) for r in rows], batch_size=500
+        )
+        return
+    columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
+        for row in rows:
+            cp.write_row(row)
 
 
 def _json_text(value: Any) -> str | None:
