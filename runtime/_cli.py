@@ -592,21 +592,22 @@ def cmd_replay(c: Command) -> int:
     turns = c.agent_turns(rid)
     arcana = _is_arcana(c.first(rid))
     pins_all = c.reader.pins(rid, c.args.agent)
-    if c.args.turn is None:
-        if turns:
-            if c.as_json:
-                c.out.raw_json(
-                    {
-                        "run_id": rid,
-                        "turns": [
-                            {"turn": tv.turn, "agent": tv.agent, "steps": len(tv.steps)} for tv in turns
-                        ],
-                    }
-                )
-            else:
-                c.out.line(f"Replayable turns of run {rid}:")
-                _turn_table(c, turns, pins_all)
-        c.report_line_errors(files)
+    if c.args.turn is None and turns:
+        # Listing the turns is what `replay` without `--turn` is for (issue 5), not a usage error.
+        if c.as_json:
+            c.out.raw_json(
+                {
+                    "run_id": rid,
+                    "turns": [{"turn": tv.turn, "agent": tv.agent, "steps": len(tv.steps)} for tv in turns],
+                }
+            )
+        else:
+            c.out.line(f"Replayable turns of run {rid}:")
+            _turn_table(c, turns, pins_all)
+            c.out.line()
+            agent = f" --agent {c.args.agent}" if c.args.agent else ""
+            c.out.line(f"Replay one with: arcana trace replay {rid}{agent} --turn N")
+        return c.report_line_errors(files)
     chosen = _turn_or_fail(c, rid, turns, c.args.turn)
     turn: int = c.args.turn
     payload: dict[str, Any] = {"run_id": rid, "turn": turn, "agent": c.args.agent, "agents": []}

@@ -231,11 +231,17 @@ def test_it_rejects_a_missing_directory(capsys: pytest.CaptureFixture[str], tmp_
     assert code == 1 and "does not exist" in err
 
 
-def test_it_lists_turns_and_exits_2_without_turn(capsys: pytest.CaptureFixture[str]) -> None:
+def test_it_lists_the_replayable_turns_without_turn(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 5: without --turn, `replay` lists the turns; that is a successful command, not an error.
     code, out, err = run(capsys, "replay", C, "--dir", PIN_RECALL)
-    assert code == 2
-    assert "--turn N is required" in err and "1–10" in err
-    assert out.splitlines()[0] == f"Replayable turns of run {C}:"
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == f"Replayable turns of run {C}:"
+    assert [line.split()[0] for line in lines[3:13]] == [str(n) for n in range(1, 11)]
+    assert lines[-1] == f"Replay one with: arcana trace replay {C} --turn N"
+    code, out, err = run(capsys, "replay", C, "--json", "--dir", PIN_RECALL)
+    assert (code, err) == (0, "")
+    assert [t["turn"] for t in json.loads(out)["turns"]] == list(range(1, 11))
     code, _, err = run(capsys, "replay", C, "--turn", "11", "--dir", PIN_RECALL)
     assert code == 2 and "has no turn 11" in err
 
