@@ -194,7 +194,7 @@ class Runtime:
     ) -> AgentPool:
         """A pool of named agents sharing one run. `cognitive_primitives` is the pool default (None:
         the config's). With `state` (from `pool.export_state()`), `pool.add(name, ...)` resumes that
-        agent."""
+        agent, and the pool default is the one saved in the state unless given here."""
         return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state)
 
     # -- helpers -------------------------------------------------------------------------------
@@ -943,6 +943,9 @@ class AgentPool:
         state: Mapping[str, Any] | None = None,
     ) -> None:
         self.runtime = runtime
+        if cognitive_primitives is None and state is not None:
+            # A resumed pool keeps the default it was created with unless told otherwise.
+            cognitive_primitives = state.get("default_primitives")
         self.default_primitives: tuple[str, ...] | None = (
             None if cognitive_primitives is None else normalize_primitives(cognitive_primitives)
         )
@@ -970,13 +973,19 @@ class AgentPool:
         cognitive_primitives: Sequence[str] | None = None,
     ) -> ChatSession:
         """Add agent `name` (its session). Duplicate names and tools named like one of the agent's
-        enabled primitives raise `ConfigError`. `tools=None` gives the runtime's tools."""
+        enabled primitives raise `ConfigError`. `tools=None` gives the runtime's tools. In a pool
+        resumed from `export_state()`, an agent of that state resumes with its own primitives unless
+        `cognitive_primitives` is given."""
         if not isinstance(name, str) or not name.strip():
             raise ConfigError("pool agent names must be non-empty strings")
         if name in self.agents:
             raise ConfigError(f"the pool already has an agent named {name!r}")
+        saved = self._saved.get(name)
         if cognitive_primitives is not None:
             primitives = normalize_primitives(cognitive_primitives, where=f"pool.add({name!r})")
+        elif saved is not None:
+            # A resumed agent keeps its own primitives (its pins may need `unpin`).
+            primitives = normalize_primitives(saved.get("cognitive_primitives"))
         elif self.default_primitives is not None:
             primitives = self.default_primitives
         else:
@@ -984,7 +993,6 @@ class AgentPool:
         tool_map = self.runtime.tools if tools is None else build_tools(tools)
         _check_tool_names(tool_map, primitives, f"pool.add({name!r})")
         writer = self.writer.for_agent(name)
-        saved = self._saved.get(name)
         if saved is not None:
             agent = ChatSession._from_state(
                 self.runtime,
@@ -1023,6 +1031,7 @@ class AgentPool:
             "version": STATE_VERSION,
             "run_id": self.run_id,
             "budgets": self.writer.budgets.to_dict(),
+            "default_primitives": None if self.default_primitives is None else list(self.default_primitives),
             "agents": {n: a.export_state(include_history=include_history) for n, a in self.agents.items()},
         }
 

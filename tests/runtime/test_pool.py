@@ -133,3 +133,39 @@ def test_pool_state_round_trip(tmp_path: Path) -> None:
     assert {e["run_id"] for e in events} == {state["run_id"]}
     llm_calls = of_type(events, "llm_call")
     assert [e["budgets"]["iterations_used"] for e in llm_calls] == [1, 2]  # totals continue
+
+
+def test_a_restored_pool_keeps_each_agents_primitives_and_the_pool_default(tmp_path: Path) -> None:
+    def steps() -> list[Any]:
+        return [calls(call("pin", content="Budget is 40k.", label="budget")), "Pinned.", "Still pinned."]
+
+    rt = Runtime({"s": ScriptedProvider(steps())}, config=RuntimeConfig(trace_dir=str(tmp_path)))
+
+    async def first() -> Any:
+        async with rt.collaborate(cognitive_primitives=["pin"]) as pool:
+            await pool.add("a").send("remember the budget")
+            pool.add("b", cognitive_primitives=["recall"])
+            return json.loads(json.dumps(pool.export_state()))
+
+    state = run(first())
+    # Another process: a runtime whose config enables no primitive at all.
+    provider = ScriptedProvider(steps())
+    rt2 = Runtime({"s": provider}, config=RuntimeConfig(trace_dir=str(tmp_path)))
+
+    async def second() -> Any:
+        async with rt2.collaborate(state=state) as pool:
+            a, b, c = pool.add("a"), pool.add("b"), pool.add("c")
+            await a.send("go on")
+            return a, b, c
+
+    a, b, c = run(second())
+    # Each resumed agent keeps what it had; a new agent inherits the pool default it was created with.
+    assert (a.cognitive_primitives, b.cognitive_primitives, c.cognitive_primitives) == (
+        ("pin",),
+        ("recall",),
+        ("pin",),
+    )
+    # The resumed agent's pin is still rendered, and it can still unpin it.
+    request = provider.requests[-1]
+    assert [t["function"]["name"] for t in request["tools"]] == ["pin", "unpin"]
+    assert request["messages"][1]["content"].startswith(f"[pinned {a.pins[0]['pin_id']} · budget]")
