@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,8 @@ def _num(value: Any, default: str = "?") -> str:
 
 
 def _ts(ev: TraceEvent) -> str:
-    return ev.timestamp[:16]
+    """The event time in UTC to the minute (`2026-04-18T12:34`), whatever offset the producer wrote."""
+    return ev.timestamp_dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
 
 
 def _is_arcana(ne: NormalizedEvent | None) -> bool:

@@ -26,7 +26,7 @@ import gzip
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -675,7 +675,7 @@ class TraceReader:
             events=len(normalized),
             primitives=sum(1 for ne in normalized if ne.event_type == "cognitive_primitive"),
             size=size,
-            started=first.isoformat() if first is not None else None,
+            started=first.astimezone(UTC).isoformat() if first is not None else None,
             producer=PRODUCER if ours else ARCANA_PRODUCER,
         )
 

@@ -270,6 +270,26 @@ def test_it_reports_an_unreadable_file(capsys: pytest.CaptureFixture[str], tmp_p
     assert "broken.jsonl.gz" in err and "cannot read file" in err
 
 
+def test_it_prints_times_in_utc_whatever_offset_the_file_uses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The same instants written with a +02:00 offset: list says "(UTC)" and show must agree.
+    shifted = "08b465c7-83c0-44d1-bad3-727f773cb988"
+    text = (ROOT / BASIC / f"{shifted}.jsonl").read_text(encoding="utf-8")
+    text = text.replace("T06:27:", "T08:27:").replace("+00:00", "+02:00")
+    (tmp_path / f"{shifted}.jsonl").write_text(text, encoding="utf-8")
+    later = "c56c43e8-2882-4b74-8316-d2e955a09fb5"
+    (tmp_path / f"{later}.jsonl").write_bytes((ROOT / BASIC / f"{later}.jsonl").read_bytes())
+    code, out, err = run(capsys, "list", "--dir", str(tmp_path))
+    assert (code, err) == (0, "")
+    rows = [line.split() for line in out.splitlines()[4:]]
+    assert [(r[0], r[9]) for r in rows] == [(later, "06:27:57"), (shifted, "06:27:57")]
+    code, out, _ = run(capsys, "show", shifted, "--dir", str(tmp_path))
+    assert code == 0 and "2026-11-30T06:27" in out and "T08:27" not in out
+    code, out, _ = run(capsys, "list", "--json", "--dir", str(tmp_path))
+    assert json.loads(out)[1]["started"] == "2026-11-30T06:27:57.120971+00:00"
+
+
 def test_it_runs_as_python_dash_m(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ARCANA_TRACE_DIR"} | {"ARCANA_TRACE_DIR": OURS}
     proc = subprocess.run(
