@@ -546,9 +546,16 @@ class ChatSession:
 
         async def summarize(messages: list[dict[str, Any]]) -> str:
             started = time.perf_counter()
-            resp = await self.provider.complete(
-                messages, model=self.model, temperature=0, max_tokens=SUMMARY_MAX_TOKENS
-            )
+            try:
+                resp = await self.provider.complete(
+                    messages, model=self.model, temperature=0, max_tokens=SUMMARY_MAX_TOKENS
+                )
+            except Exception as exc:
+                # The builder falls back to tail_preserve and the turn goes on, so this error event
+                # has no stop_reason; it is the trace evidence of the failed provider call.
+                category = "provider" if isinstance(exc, ProviderError) else "unexpected"
+                self._emit_error(exc, category, turn, step, step_id, purpose="summarize")
+                raise
             latency = resp.latency_ms or int((time.perf_counter() - started) * 1000)
             usages.append(resp.usage or Usage())
             total = resp.usage.total_tokens if resp.usage else 0
@@ -789,25 +796,38 @@ class ChatSession:
         category = "provider" if isinstance(exc, ProviderError) else "unexpected"
         self._emit_error(exc, category, turn, step, step_id)
 
-    def _emit_error(self, exc: BaseException, category: str, turn: int, step: int, step_id: str) -> None:
+    def _emit_error(
+        self,
+        exc: BaseException,
+        category: str,
+        turn: int,
+        step: int,
+        step_id: str,
+        *,
+        purpose: str | None = None,
+    ) -> None:
+        """An `error` event. With `purpose` (a summarizer call the builder recovers from) the turn
+        does not stop, so the event carries `metadata.purpose` and no `stop_reason`."""
         metadata: dict[str, Any] = {
             "error": type(exc).__name__,
             "message": str(exc),
             "error_category": category,
             "provider": self.provider_name,
         }
+        if purpose is not None:
+            metadata["purpose"] = purpose
         status = getattr(exc, "status_code", None)
         if status is not None:
             metadata["status_code"] = status
+        stop = {} if purpose is not None else {"stop_reason": "error", "stop_detail": str(exc)[:500]}
         self.writer.emit(
             "error",
             turn=turn,
             step=step,
             parent_step_id=step_id,
             model=self._model_name(),
-            stop_reason="error",
-            stop_detail=str(exc)[:500],
             metadata=metadata,
+            **stop,
         )
 
     # -- state ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from runtime import (
     ConfigError,
     ContextOverflowError,
+    ContextStrategy,
     OpenAICompatibleProvider,
     ProviderHTTPError,
     Runtime,
@@ -480,3 +481,63 @@ def test_an_overflow_found_by_the_builder_is_traced_and_raised(tmp_path: Path) -
     [error] = of_type(read_events(tmp_path), "error")
     assert error["metadata"]["error_category"] == "context_overflow"
     assert (error["metadata"]["turn"], error["metadata"]["step"]) == (1, 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# The builder's summary call
+
+
+def _summarizing_chat(openai_server: Any, tmp_path: Path) -> Any:
+    provider = OpenAICompatibleProvider("loop", base_url=openai_server.base_url, model="m", max_retries=0)
+    strategy = ContextStrategy(force="llm_summarize", summarize_min_tokens=0, keep_recent=1)
+    rt = Runtime({"loop": provider}, config=RuntimeConfig(trace_dir=str(tmp_path), context_strategy=strategy))
+
+    async def go() -> Any:
+        async with rt.chat(system="sys") as chat:
+            await chat.send("The budget is 40k and the owner is Dana.")
+            reply = await chat.send("Who owns it?")
+        await rt.aclose()
+        return reply
+
+    return go
+
+
+def test_the_summary_call_is_traced_as_an_llm_call_of_its_step(openai_server: Any, tmp_path: Path) -> None:
+    openai_server.enqueue_text("Noted.")
+    openai_server.enqueue_text("Budget 40k, owner Dana.")  # the summary call of turn 2
+    openai_server.enqueue_text("Dana.")
+    reply = run(_summarizing_chat(openai_server, tmp_path)())
+    assert (reply.turn, reply.content) == (2, "Dana.")
+    events = read_events(tmp_path)
+    summary_call, chat_call = [e for e in of_type(events, "llm_call") if e["metadata"]["turn"] == 2]
+    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["turn"] == 2][0]
+    assert summary_call["metadata"]["purpose"] == "summarize" and chat_call["metadata"]["purpose"] == "chat"
+    assert summary_call["parent_step_id"] == decision["parent_step_id"] == chat_call["parent_step_id"]
+    assert summary_call["metadata"]["step"] == 1 and summary_call["metadata"]["usage"]["total_tokens"] > 0
+    assert decision["metadata"]["context_decision"]["strategy"] == "llm_summarize"
+    totals = [e["budgets"]["iterations_used"] for e in of_type(events, "llm_call")]
+    assert totals == [1, 2, 3]
+
+
+def test_a_failed_summary_call_writes_an_error_event_and_the_turn_goes_on(
+    openai_server: Any, tmp_path: Path
+) -> None:
+    openai_server.enqueue_text("Noted.")
+    openai_server.enqueue_error(500, message="summarizer down")
+    openai_server.enqueue_text("Dana.")
+    reply = run(_summarizing_chat(openai_server, tmp_path)())
+    assert (reply.turn, reply.content, reply.outcome) == (2, "Dana.", "answered")
+    events = read_events(tmp_path)
+    [error] = of_type(events, "error")
+    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["turn"] == 2][0]
+    md = error["metadata"]
+    assert (md["error"], md["error_category"], md["purpose"], md["status_code"]) == (
+        "ProviderHTTPError",
+        "provider",
+        "summarize",
+        500,
+    )
+    assert (md["turn"], md["step"]) == (2, 1) and error["parent_step_id"] == decision["parent_step_id"]
+    assert error["stop_reason"] is None  # the builder fell back; the turn did not stop
+    assert decision["metadata"]["context_decision"]["strategy"] == "tail_preserve"
+    assert "the summary call failed" in decision["metadata"]["context_report"]["strategy_note"]
