@@ -736,6 +736,16 @@ def _snapshot_text(c: Command, sv: StepView, arcana: bool) -> None:
     c.out.line(f"  tools ({len(names)}): {', '.join(names) if names else '-'}")
 
 
+def _pin_until(p: PinLifetime) -> str:
+    """The last turn a pin is in effect and why: its `until_turn`, or the turn that unpinned it (still
+    rendered in that turn's earlier steps), whichever comes first; "-" while it lasts to the end."""
+    if p.unpinned_turn is not None and (p.until_turn is None or p.unpinned_turn <= p.until_turn):
+        return f"{p.unpinned_turn} (unpinned)"
+    if p.until_turn is not None:
+        return f"{p.until_turn} (until_turn)"
+    return "-"
+
+
 def _active_pins_text(
     c: Command,
     tv: TurnView,
@@ -754,15 +764,15 @@ def _active_pins_text(
                 p.label if p.label is not None else "-",
                 _num(p.tokens, "?"),
                 p.created_turn,
-                _num(p.until_turn, "-"),
+                _pin_until(p),
             ]
             for p in active
         ]
         c.out.lines(
             table(
-                ["PIN ID", "LABEL", "TOKENS", "PINNED AT TURN", "UNTIL TURN"],
+                ["PIN ID", "LABEL", "TOKENS", "PINNED AT TURN", "UNTIL"],
                 rows,
-                align="llrrr",
+                align="llrrl",
                 indent="  ",
                 max_widths=[None, 40],
             )

@@ -139,6 +139,16 @@ def test_it_lists_the_pins_active_as_of_the_turn(
     assert _active_ids(out) == expected
 
 
+def test_it_says_until_when_each_active_pin_lasts(capsys: pytest.CaptureFixture[str]) -> None:
+    # `customer` has no until_turn but was unpinned in turn 8; "-" would read as "pinned for good".
+    code, out, _ = run(capsys, "replay", C, "--turn", "3", "--decision-only", "--dir", PIN_RECALL)
+    assert code == 0
+    rows = out.split("Active pins at turn 3\n", 1)[1].splitlines()
+    assert rows[0].split() == ["PIN", "ID", "LABEL", "TOKENS", "PINNED", "AT", "TURN", "UNTIL"]
+    assert rows[2].split() == ["p_76a38c7e", "constraints", "26", "1", "3", "(until_turn)"]
+    assert rows[3].split() == ["p_825eb861", "customer", "24", "3", "8", "(unpinned)"]
+
+
 def test_it_locates_arcana_pinned_blocks_at_their_real_position(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "show", C, "--context", "--dir", PIN_RECALL)
     # Arcana prints [PIN] [15] / [16] (synthetic); the snapshot has them right after the system message.
