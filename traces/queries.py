@@ -201,16 +201,18 @@ def primitive_summary(ev: PrimitiveEvent) -> str:
 
 @dataclass
 class MapCell:
-    x: float
-    y: float
-    w: float
+    # Coordinates are pre-formatted strings: a window draws a thousand cells or more, and Django's
+    # float localization in templates would otherwise dominate the page's render time.
+    x: str
+    y: str
+    w: str
     cls: str
     title: str
 
 
 @dataclass
 class MapRow:
-    y: float
+    y: str
     label: str
     title: str
     is_pin: bool
@@ -218,7 +220,7 @@ class MapRow:
 
 @dataclass
 class MapTick:
-    x: float
+    x: str
     label: str
     url: str
 
@@ -238,7 +240,7 @@ class FidelityMap:
     rows: list[MapRow]
     cells: list[MapCell]
     ticks: list[MapTick]
-    separators: list[float]
+    separators: list[str]
     width: float
     height: float
     x0: float
@@ -279,13 +281,14 @@ LEGEND = [
     ("pin", "pinned block"),
 ]
 
-MAP_WINDOW = 120  # steps per window; a wider map stops being readable and grows the page
+MAP_WINDOW = 100  # steps per window; a wider map stops being readable and grows the page
 MAP_LABEL_WIDTH = 150.0
 MAP_MAX_ROWS = 400  # rows beyond this are cut (with a note); keeps the SVG under a few hundred KB
 
 
 def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = MAP_WINDOW) -> FidelityMap:
-    """Build the map for `agent`'s steps [start, start + window). Two queries: a count and the window.
+    """Build the map for `agent`'s steps [start, start + window). Four queries: a count, the window's
+    ids, its decisions and the agent's pins.
 
     `start=None` shows the last window (where a long conversation has faded most)."""
     decisions = ContextDecision.objects.filter(run=run, agent=agent)
@@ -294,9 +297,16 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
     if start is None:
         start = max(0, total - window)
     start = max(0, min(start, max(0, total - window)))
-    rows_qs = decisions.order_by("turn_number", "step_number").values_list(
-        "turn_number", "step_number", "strategy", "message_decisions"
-    )[start : start + window]
+    # Pick the window's ids first: sorting the full rows would drag every step's decision array
+    # (tens of KB each) through the sorter; then read the arrays of the window only.
+    ids = list(
+        decisions.order_by("turn_number", "step_number").values_list("id", flat=True)[start : start + window]
+    )
+    rows_qs = (
+        ContextDecision.objects.filter(id__in=ids)
+        .order_by("turn_number", "step_number")
+        .values_list("turn_number", "step_number", "strategy", "message_decisions")
+    )
     steps = list(rows_qs)
 
     agent_q = f"?agent={agent}" if agent else ""
@@ -309,6 +319,7 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
     per_row: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
     row_meta: dict[tuple[int, Any], tuple[str, str]] = {}
     columns: list[dict[str, Any]] = []
+    cls_cache: dict[tuple[Any, ...], str] = {}
     for col, (turn_number, step_number, strategy, mds) in enumerate(steps):
         turn_url = reverse("traces:turn", args=[run.run_id, turn_number]) + agent_q + f"#step-{step_number}"
         columns.append(
@@ -320,7 +331,7 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
         pin_k = 0
         active: list[Pin] | None = None
         for d in mds or []:
-            if is_pin_decision(d):
+            if d.get("pinned") or d.get("reason") == "pinned":  # is_pin_decision, inlined: hot loop
                 pin_k += 1
                 pin_id = d.get("pin_id")
                 if not pin_id:
@@ -340,15 +351,12 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
                 row_meta.setdefault(
                     key, (f"#{idx} {d.get('role') or '?'}", f"message {idx} ({d.get('role')})")
                 )
-            before = d.get("token_count_before")
-            after = d.get("token_count_after")
-            rel = d.get("relevance_score")
-            title = (
-                f"{row_meta[key][1]}: {outcome_label(d)}, {before}→{after} tokens"
-                f"{f', relevance {rel:.2f}' if isinstance(rel, int | float) else ''}"
-                f"\nreason: {d.get('reason') or '—'}"
-            )
-            per_row.setdefault(key, []).append((col, outcome_class(d), title))
+            # The hover text is built later, once per drawn cell, not once per decision.
+            ck = (d.get("outcome"), d.get("fidelity"), d.get("pinned"), d.get("reason"))
+            cls = cls_cache.get(ck)
+            if cls is None:
+                cls = cls_cache[ck] = outcome_class(d)
+            per_row.setdefault(key, []).append((col, cls, d))
 
     keys = sorted(per_row, key=lambda k: (k[0], k[1] if k[0] == 0 else str(k[1])))
     truncated = len(keys) > MAP_MAX_ROWS
@@ -363,16 +371,18 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
         label, title = row_meta[key]
         # Small rows get a label every fifth row; the tooltip names every row.
         shown = ch >= 11 or r % 5 == 0 or key[0] == 1
-        rows.append(MapRow(y=y + ch - 3, label=label if shown else "", title=title, is_pin=key[0] == 1))
+        rows.append(
+            MapRow(y=f"{y + ch - 3:.1f}", label=label if shown else "", title=title, is_pin=key[0] == 1)
+        )
         run_start: tuple[int, str, str] | None = None
         prev_col = -2
-        for col, cls, title in per_row[key]:
+        for col, cls, d in per_row[key]:
             if run_start and cls == run_start[1] and col == prev_col + 1:
                 prev_col = col
                 continue
             if run_start:
                 cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
-            run_start, prev_col = (col, cls, title), col
+            run_start, prev_col = (col, cls, _cell_title(title, d)), col
         if run_start:
             cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
 
@@ -386,9 +396,9 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
         if turn_number == last_turn:
             continue
         if col:
-            separators.append(x0 + col * cw)
+            separators.append(f"{x0 + col * cw:.1f}")
         if col - last_tick_col >= tick_every:
-            ticks.append(MapTick(x=x0 + col * cw, label=f"T{turn_number}", url=columns[col]["url"]))
+            ticks.append(MapTick(x=f"{x0 + col * cw:.1f}", label=f"T{turn_number}", url=columns[col]["url"]))
             last_tick_col = col
         last_turn = turn_number
     return FidelityMap(
@@ -408,6 +418,15 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
         top=top,
         legend=LEGEND,
         truncated_rows=truncated,
+    )
+
+
+def _cell_title(row_title: str, d: dict[str, Any]) -> str:
+    rel = d.get("relevance_score")
+    return (
+        f"{row_title}: {outcome_label(d)}, {d.get('token_count_before')}→{d.get('token_count_after')} tokens"
+        f"{f', relevance {rel:.2f}' if isinstance(rel, int | float) else ''}"
+        f"\nreason: {d.get('reason') or '—'}"
     )
 
 
@@ -434,7 +453,13 @@ def _cell(start: tuple[int, str, str], end_col: int, x0: float, cw: float, y: fl
     span = end_col - col + 1
     suffix = f"\n(same for {span} steps)" if span > 1 else ""
     # A hairline gap between cells keeps columns countable when they are wide enough to afford it.
-    return MapCell(x=x0 + col * cw, y=y, w=span * cw - (1 if cw >= 6 else 0), cls=cls, title=title + suffix)
+    return MapCell(
+        x=f"{x0 + col * cw:.1f}",
+        y=f"{y:.1f}",
+        w=f"{span * cw - (1 if cw >= 6 else 0):.1f}",
+        cls=cls,
+        title=title + suffix,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -655,11 +680,21 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
 
 @dataclass
 class DecisionRow:
+    """One row of a step's decision table, with its cells pre-formatted (tables run to hundreds of
+    rows per step, and plain attribute lookups keep the template fast)."""
+
     d: dict[str, Any]
     cls: str
     is_pin: bool
     pin: Pin | None
     changed: str  # "", "new", or "was <outcome>" compared with the previous step
+    index: Any = None
+    role: str = ""
+    outcome: str = ""
+    fidelity: str = ""
+    tokens: str = ""
+    relevance: str = ""
+    reason: str = ""
 
 
 @dataclass
@@ -726,7 +761,25 @@ def decision_rows(
                 changed = "new"
             elif outcome_class(before) != outcome_class(d):
                 changed = f"was {outcome_label(before)}"
-        rows.append(DecisionRow(d=d, cls=outcome_class(d), is_pin=is_pin, pin=pin, changed=changed))
+        cls = outcome_class(d)
+        rel = d.get("relevance_score")
+        before, after = d.get("token_count_before"), d.get("token_count_after")
+        rows.append(
+            DecisionRow(
+                d=d,
+                cls=cls,
+                is_pin=is_pin,
+                pin=pin,
+                changed=changed,
+                index=d.get("index"),
+                role=d.get("role") or "?",
+                outcome=d.get("outcome") or "?",
+                fidelity="L0" if is_pin else (d.get("fidelity") or cls),
+                tokens=f"{'?' if before is None else before}→{'?' if after is None else after}",
+                relevance=f"{rel:.2f}" if isinstance(rel, int | float) else "—",
+                reason=d.get("reason") or "—",
+            )
+        )
     return rows
 
 

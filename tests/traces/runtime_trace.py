@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from runtime import Runtime, RuntimeConfig, ScriptedProvider
@@ -51,7 +52,9 @@ def write_runtime_trace(trace_dir: Path) -> Path:
             await chat.send("What did I say about the budget in turn 1?")
             await chat.send("Summarise the plan.")
 
-    asyncio.run(go())
+    # Playwright's sync API keeps an event loop running in the test thread; run the chat on its own.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, go()).result()
     files = sorted(Path(trace_dir).glob("*.jsonl"))
     assert len(files) == 1, files
     return files[0]
