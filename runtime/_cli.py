@@ -202,6 +202,36 @@ def _tool_outcome(ev: TraceEvent) -> tuple[str, str, bool]:
     return name, text, True
 
 
+UNRECORDED_CALL = (
+    "no result in the trace (arcana-agent 1.2 writes no event for a tool that is not registered)"
+)
+
+
+def unrecorded_calls(sv: StepView) -> list[str]:
+    """Names of the tool calls the step's model asked for that left no event (no `tool_call`,
+    `cognitive_primitive` or `error`). arcana-agent 1.2 records nothing for an unknown tool (its §7
+    items 13–14), so without this `flow` and `explain` would hide the call. Our events name the call
+    they answer (`tool_call_id`); Arcana's do not, so there the calls are matched by name."""
+    facts = _dict(sv.turn_event.metadata.get("facts")) if sv.turn_event is not None else {}
+    requested = [_dict(tc) for tc in _list(facts.get("tool_calls"))]
+    if not requested:
+        return []
+    answers = [*sv.tool_calls, *sv.primitive_calls, *sv.errors]
+    if sv.turn_event is not None and sv.turn_event.is_ours:
+        ids = {ev.metadata.get("tool_call_id") for ev in answers}
+        return [str(tc.get("name") or "?") for tc in requested if tc.get("id") not in ids]
+    recorded = [str(_dict(ev.tool_call).get("name") or "") for ev in sv.tool_calls]
+    recorded += [str(ev.metadata.get("primitive") or "") for ev in sv.primitive_calls]
+    missing = []
+    for tc in requested:
+        name = str(tc.get("name") or "?")
+        if name in recorded:
+            recorded.remove(name)
+        else:
+            missing.append(name)
+    return missing
+
+
 def _event_detail(ev: TraceEvent) -> str:
     md = ev.metadata
     kind = ev.event_type
@@ -883,7 +913,10 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
             )
         )
 
-    c.out.line(f"Tool results ({len(sv.tool_calls)})")
+    unrecorded = unrecorded_calls(sv)
+    c.out.line(f"Tool results ({len(sv.tool_calls) + len(unrecorded)})")
+    for name in unrecorded:
+        c.out.line(f"  ✗ {name}  {UNRECORDED_CALL}")
     for ev in sv.tool_calls:
         name, text2, ok = _tool_outcome(ev)
         result = ev.metadata.get("result")
@@ -965,6 +998,7 @@ def _explain_json(
                     for ev in sv.primitive_calls
                 ],
                 "errors": [ev.metadata for ev in sv.errors],
+                "unrecorded_calls": unrecorded_calls(sv),
             }
         )
     return {"agent": tv.agent, "turn": tv.turn, "active_pins": [p.to_dict() for p in active], "steps": steps}
@@ -1012,6 +1046,9 @@ def cmd_flow(c: Command) -> int:
                     children.append((_index_of(sv, ev), f"{'✓' if ok else '✗'} tool {name} {text}".rstrip()))
                 for ev in sv.errors:
                     children.append((_index_of(sv, ev), f"✗ error {_event_detail(ev)}"))
+                turn_index = _index_of(sv, sv.turn_event) if sv.turn_event is not None else 0
+                for name in unrecorded_calls(sv):
+                    children.append((turn_index, f"✗ tool {name}  {UNRECORDED_CALL}"))
                 for _, text in sorted(children, key=lambda t: t[0]):
                     c.out.line(f"      ├─ {text}")
     if turns:
@@ -1057,6 +1094,7 @@ def _flow_turn_json(tv: TurnView) -> dict[str, Any]:
                     for n, s, ok in (_tool_outcome(ev) for ev in sv.tool_calls)
                 ],
                 "errors": [_event_detail(ev) for ev in sv.errors],
+                "unrecorded_calls": unrecorded_calls(sv),
             }
             for sv in tv.steps
         ],

@@ -181,6 +181,31 @@ def test_it_shows_tools_and_primitives_in_the_flow(capsys: pytest.CaptureFixture
     assert "legacy trace" not in out
 
 
+def test_it_shows_an_arcana_call_to_an_unknown_tool_that_left_no_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # arcana-agent 1.2 writes no event for a tool that is not registered (its §7 items 13-14); the
+    # call is only in the turn's facts. flow and explain must still show it, failed.
+    run_id = "8854b18b-f882-4142-8122-887b40128a49"
+    lines = []
+    for line in (ROOT / PIN_RECALL / f"{run_id}.jsonl").read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event["event_type"] == "turn" and event["metadata"]["step"] == 0:
+            event["metadata"]["facts"]["tool_calls"].append(
+                {"id": "call_weather", "name": "weather", "arguments": "{}"}
+            )
+        lines.append(json.dumps(event))
+    (tmp_path / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, _ = run(capsys, "flow", run_id, "--dir", str(tmp_path))
+    assert code == 0
+    assert "      ├─ ✗ recall turn=1 → trace not available" in out
+    assert "      ├─ ✗ tool weather  no result in the trace" in out
+    code, out, _ = run(capsys, "explain", run_id, "--turn", "1", "--dir", str(tmp_path))
+    assert code == 0 and "Tool results (1)\n  ✗ weather  no result in the trace" in out
+    code, out, _ = run(capsys, "flow", run_id, "--json", "--dir", str(tmp_path))
+    assert json.loads(out)["turns"][0]["steps"][0]["unrecorded_calls"] == ["weather"]
+
+
 def test_it_filters_a_pool_by_agent(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "show", POOL, "--agent", "critic", "--dir", OURS)
     assert "Events: 3 (filtered from 10)" in out
