@@ -52,7 +52,9 @@ TABLES = ["traces_event", "traces_run", "traces_turn", "traces_step", "traces_co
 # Event generators
 
 
-def _env(run_id: str, kind: str, ts: datetime, parent: str | None, md: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def _env(
+    run_id: str, kind: str, ts: datetime, parent: str | None, md: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
     return {
         "run_id": run_id, "task_id": None, "step_id": extra.pop("step_id", str(uuid.uuid4())),
         "parent_step_id": parent, "timestamp": ts.isoformat(), "role": "system", "event_type": kind,
@@ -232,7 +234,9 @@ def post_all(base: str, key: str, batches: list[list[dict[str, Any]]], clients: 
     errors: list[str] = []
 
     def lane(items: list[bytes]) -> None:
-        with httpx.Client(headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, timeout=120) as c:
+        with httpx.Client(
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, timeout=120
+        ) as c:
             for body in items:
                 r = c.post(f"{base}/api/v1/ingest", content=body)
                 if r.status_code != 200:
@@ -350,15 +354,24 @@ def storage_compare(url: str, project_id: int) -> None:
                 fn(x)
             return (time.perf_counter() - t0) / len(items) * 1000
 
-        turn_rows = timed(lambda d: conn.execute("SELECT * FROM cmp.md WHERE decision_id = %s ORDER BY idx", (d,)).fetchall(), sample)
+        turn_rows = timed(
+            lambda d: conn.execute(
+                "SELECT * FROM cmp.md WHERE decision_id = %s ORDER BY idx", (d,)
+            ).fetchall(),
+            sample,
+        )
         turn_arr = timed(lambda d: json.loads(conn.execute("SELECT message_decisions::text FROM cmp.arr WHERE id = %s", (d,)).fetchone()[0]), sample)  # fmt: skip
         map_rows = timed(lambda r: conn.execute("SELECT decision_id, idx, fidelity, outcome FROM cmp.md WHERE run_id = %s ORDER BY decision_id, idx", (r,)).fetchall(), run_ids)  # fmt: skip
         map_arr = timed(lambda r: [json.loads(t) for (t,) in conn.execute("SELECT message_decisions::text FROM cmp.arr WHERE run_id = %s ORDER BY id", (r,)).fetchall()], run_ids)  # fmt: skip
         conn.execute("DROP SCHEMA cmp CASCADE")
     print(f"\nmessage-decision storage, {len(rows):,} decisions / {n:,} message decisions:")
-    print(f"  COPY write     rows {timings['rows']:.2f} s ({n / timings['rows']:,.0f}/s)   arrays {timings['arrays']:.2f} s ({n / timings['arrays']:,.0f}/s)")
+    print(
+        f"  COPY write     rows {timings['rows']:.2f} s ({n / timings['rows']:,.0f}/s)   arrays {timings['arrays']:.2f} s ({n / timings['arrays']:,.0f}/s)"
+    )
     print(f"  turn page      rows {turn_rows:.2f} ms/decision   arrays {turn_arr:.2f} ms/decision")
-    print(f"  fidelity map   rows {map_rows:.1f} ms/run   arrays {map_arr:.1f} ms/run  ({len(rows) // max(1, len({r[1] for r in rows}))} steps/run)")
+    print(
+        f"  fidelity map   rows {map_rows:.1f} ms/run   arrays {map_arr:.1f} ms/run  ({len(rows) // max(1, len({r[1] for r in rows}))} steps/run)"
+    )
 
 
 def main() -> None:
@@ -377,7 +390,9 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     rng = random.Random(42)
     try:
-        print(f"PostgreSQL {url.rsplit('/', 1)[1]}, gunicorn {args.workers} workers, {args.clients} clients, batches of 500")
+        print(
+            f"PostgreSQL {url.rsplit('/', 1)[1]}, gunicorn {args.workers} workers, {args.clients} clients, batches of 500"
+        )
         # Mix (a): runs of 400 events, concatenated, so batch edges fall inside runs.
         events: list[dict[str, Any]] = []
         while len(events) < args.events:
@@ -386,7 +401,9 @@ def main() -> None:
         secs = post_all(base, ids["key-a"], batches, args.clients)  # type: ignore[arg-type]
         floor, counts = copy_floor(url, ids["a"])
         rows = sum(counts.values())
-        print(f"\n(a) small events: {len(events):,} events in {secs:.2f} s = {len(events) / secs:,.0f} events/s")
+        print(
+            f"\n(a) small events: {len(events):,} events in {secs:.2f} s = {len(events) / secs:,.0f} events/s"
+        )
         print(f"    floor: COPY of the same {rows:,} rows ({counts['traces_event']:,} events + projections) {floor:.2f} s "
               f"= {len(events) / floor:,.0f} events/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
         # Mix (b): conversations of 20 steps; batches of 500 events.
@@ -400,7 +417,9 @@ def main() -> None:
         mb = sum(len(json.dumps(b)) for b in batches) / 1e6
         secs = post_all(base, ids["key-b"], batches, args.clients)  # type: ignore[arg-type]
         floor, counts = copy_floor(url, ids["b"])
-        print(f"\n(b) conversations: {len(conv):,} events, {decisions:,} message decisions, {mb:.0f} MB JSON, in {secs:.2f} s")
+        print(
+            f"\n(b) conversations: {len(conv):,} events, {decisions:,} message decisions, {mb:.0f} MB JSON, in {secs:.2f} s"
+        )
         print(f"    = {len(conv) / secs:,.0f} events/s, {decisions / secs:,.0f} message decisions/s")
         print(f"    floor: COPY of the same {sum(counts.values()):,} rows {floor:.2f} s = {decisions / floor:,.0f} "
               f"message decisions/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
