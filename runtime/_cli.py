@@ -232,6 +232,27 @@ def unrecorded_calls(sv: StepView) -> list[str]:
     return missing
 
 
+def _changed(ev: TraceEvent | None) -> str:
+    """What a context decision did to the history, from its per-message outcomes: "8 compressed",
+    "2 dropped", "19 summarized", "3 compressed, 1 dropped"; "0 compressed" when all were kept.
+    `compressed_count` alone lumps the three together (Arcana counts dropped messages in it), so it
+    is only the fallback when the decision lists no messages."""
+    if ev is None:
+        return "? compressed"
+    cd = _decision(ev)
+    counts = {"compressed": 0, "summarized": 0, "dropped": 0}
+    rows = [d for d in _list(cd.get("decisions")) if isinstance(d, dict)]
+    for d in rows:
+        if d.get("outcome") in counts and not (d.get("reason") == "pinned" or d.get("pinned") is True):
+            counts[str(d["outcome"])] += 1
+    parts = [f"{n} {outcome}" for outcome, n in counts.items() if n]
+    if parts:
+        return ", ".join(parts)
+    if rows:
+        return "0 compressed"
+    return f"{_num(cd.get('compressed_count', ev.metadata.get('compressed_count')), '0')} compressed"
+
+
 def _event_detail(ev: TraceEvent) -> str:
     md = ev.metadata
     kind = ev.event_type
@@ -240,10 +261,9 @@ def _event_detail(ev: TraceEvent) -> str:
         return f"{prim:<9} {text}"
     if kind == "context_decision":
         cd = _decision(ev)
-        k = cd.get("compressed_count", md.get("compressed_count"))
         return (
             f"{cd.get('strategy', '?')}  {_num(cd.get('messages_in', md.get('messages_in')))} → "
-            f"{_num(cd.get('messages_out', md.get('messages_out')))} messages ({_num(k, '0')} compressed)"
+            f"{_num(cd.get('messages_out', md.get('messages_out')))} messages ({_changed(ev)})"
         )
     if kind == "prompt_snapshot":
         ps = _snapshot(ev)
@@ -551,7 +571,7 @@ def _context_lines(
         c.out.line(pad + str(explanation))
     c.out.line(
         f"{pad}messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
-        f"({_num(cd.get('compressed_count'), '0')} compressed) · budget "
+        f"({_changed(ev)}) · budget "
         f"{_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
     )
     for d in _list(cd.get("decisions")):
@@ -706,9 +726,9 @@ def _replay_text(
                     "  " + str(cd.get("explanation") or sv.context_decision.metadata.get("explanation") or "")
                 )  # type: ignore[union-attr]
                 c.out.line(
-                    f"  messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))}, "
-                    f"compressed={_num(cd.get('compressed_count'), '0')}, "
-                    f"budget={_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
+                    f"  messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
+                    f"({_changed(sv.context_decision)}) · "
+                    f"budget {_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
                 )
                 rows = []
                 for d in _list(cd.get("decisions")):
@@ -864,7 +884,7 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
     if cd:
         c.out.line(
             f"  messages: {_num(cd.get('messages_in'))} in → {_num(cd.get('messages_out'))} out, "
-            f"{_num(cd.get('compressed_count'), '0')} compressed · strategy {cd.get('strategy') or '?'} · "
+            f"{_changed(sv.context_decision)} · strategy {cd.get('strategy') or '?'} · "
             f"budget {_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
         )
         if cd.get("explanation"):

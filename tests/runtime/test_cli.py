@@ -149,6 +149,23 @@ def test_it_says_until_when_each_active_pin_lasts(capsys: pytest.CaptureFixture[
     assert rows[3].split() == ["p_825eb861", "customer", "24", "3", "8", "(unpinned)"]
 
 
+def test_it_says_whether_messages_were_dropped_compressed_or_summarized(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Arcana's compressed_count lumps the three outcomes; turn 1 dropped two messages, compressed none.
+    code, out, _ = run(capsys, "show", C, "--context", "--dir", PIN_RECALL)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[4].endswith("tail_preserve  9 → 7 messages (2 dropped)  (turn 1)")
+    assert "       messages: 9 → 7 (2 dropped) · budget 3113/1903" in lines
+    assert "       messages: 15 → 17 (8 compressed) · budget 1183/1853" in lines
+    assert "       messages: 26 → 9 (19 summarized) · budget 687/1879" in lines
+    code, out, _ = run(capsys, "replay", C, "--turn", "1", "--decision-only", "--dir", PIN_RECALL)
+    assert "  messages: 9 → 7 (2 dropped) · budget 3113/1903" in out.splitlines()
+    code, out, _ = run(capsys, "explain", C, "--turn", "8", "--dir", PIN_RECALL)
+    assert "  messages: 26 in → 9 out, 19 summarized · strategy llm_summarize" in out
+
+
 def test_it_locates_arcana_pinned_blocks_at_their_real_position(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "show", C, "--context", "--dir", PIN_RECALL)
     # Arcana prints [PIN] [15] / [16] (synthetic); the snapshot has them right after the system message.
