@@ -305,7 +305,8 @@ def _event_detail(ev: TraceEvent) -> str:
 def _where(ne: NormalizedEvent, with_agent: bool) -> str:
     bits = []
     if ne.turn is not None:
-        bits.append(f"turn {ne.turn}" + (f".{ne.step}" if ne.step and ne.step != 1 else ""))
+        # "turn 1.2" left readers guessing; steps after the first are spelled out.
+        bits.append(f"turn {ne.turn}" + (f" step {ne.step}" if ne.step and ne.step != 1 else ""))
     if with_agent and ne.agent:
         bits.append(f"agent {ne.agent}")
     return f"  ({', '.join(bits)})" if bits else ""

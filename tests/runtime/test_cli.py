@@ -419,6 +419,8 @@ def test_it_reads_a_trace_written_by_our_runtime(
     assert code == 0
     assert "pin       pin_id=p_" in out and "label='key facts'  (turn 1)" in out
     assert "recall    turn=1 → " in out and "(turn 2)" in out
+    code, out, _ = run(capsys, "show", run_id, "--dir", d)
+    assert code == 0 and "stop  7 chars  (turn 1 step 2)" in out and "(turn 1.2)" not in out
     assert "unpin     pin_id=p_00000000 unknown id" in out
     code, out, _ = run(capsys, "show", run_id, "--context", "--dir", d)
     assert code == 0 and "[PIN] [1] system" in out
