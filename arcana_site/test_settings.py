@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("SECRET_KEY", "test-only-not-secret")
-os.environ.setdefault(
-    "ARCANA_DATA_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test")
-)
+# A data folder of this test session's own (SQLite file, file-system broker), exported so the worker
+# processes the tests start share it, and two test sessions on one machine never steal each other's tasks.
+os.environ.setdefault("ARCANA_DATA_DIR", tempfile.mkdtemp(prefix="arcana-test-"))
 
 from arcana_site.settings import *  # noqa: E402,F403
 

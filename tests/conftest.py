@@ -72,7 +72,10 @@ def celery_worker_process(
     env = dict(os.environ)
     env["DATABASE_URL"] = test_database_url()
     env["DJANGO_SETTINGS_MODULE"] = "arcana_site.test_settings"
-    log = open(ROOT / "var" / "test-worker.log", "wb")  # noqa: SIM115  (closed below)
+    from django.conf import settings
+
+    log_path = settings.DATA_DIR / "test-worker.log"
+    log = open(log_path, "wb")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -103,9 +106,9 @@ def celery_worker_process(
         deadline = time.monotonic() + 60
         while not result.ready():
             if proc.poll() is not None:
-                raise RuntimeError(f"celery worker exited with {proc.returncode}; see var/test-worker.log")
+                raise RuntimeError(f"celery worker exited with {proc.returncode}; see {log_path}")
             if time.monotonic() > deadline:
-                raise RuntimeError("celery worker did not answer a ping within 60 s; see var/test-worker.log")
+                raise RuntimeError(f"celery worker did not answer a ping within 60 s; see {log_path}")
             time.sleep(0.1)
         assert result.get(timeout=5) == {"pong": "ready"}
         yield proc
