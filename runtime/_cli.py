@@ -532,16 +532,7 @@ def cmd_show(c: Command) -> int:
                 "run_id": rid,
                 "agent": c.args.agent,
                 "total_events": total,
-                "events": [
-                    {
-                        "index": ne.index,
-                        "turn": ne.turn,
-                        "step": ne.step,
-                        "agent": ne.agent,
-                        "event": ne.event.to_dict(),
-                    }
-                    for ne in shown
-                ],
+                "events": [_show_json(ne, steps, pins, arcana) for ne in shown],
             }
         )
         return c.report_line_errors(files)
@@ -560,6 +551,31 @@ def cmd_show(c: Command) -> int:
             sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
             _context_lines(c, ev, sv, pins, arcana)
     return c.report_line_errors(files)
+
+
+def _show_json(
+    ne: NormalizedEvent,
+    steps: dict[tuple[str | None, int, int], StepView],
+    pins: list[PinLifetime],
+    arcana: bool,
+) -> dict[str, Any]:
+    """One event of `show --json`: the event as written plus what the text view derives from it
+    (the primitive's one-line summary; a decision's pinned blocks at their real index)."""
+    item: dict[str, Any] = {
+        "index": ne.index,
+        "turn": ne.turn,
+        "step": ne.step,
+        "agent": ne.agent,
+        "event": ne.event.to_dict(),
+    }
+    if ne.event_type == "cognitive_primitive":
+        prim, summary, ok = primitive_line(ne.event)
+        item["primitive"] = {"name": prim, "summary": summary, "ok": ok}
+    elif ne.event_type == "context_decision":
+        sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
+        agent_pins = [p for p in pins if sv is not None and p.agent == sv.agent]
+        item["pinned_blocks"] = pin_blocks(sv, agent_pins, arcana=arcana) if sv is not None else []
+    return item
 
 
 def _context_lines(

@@ -272,6 +272,26 @@ def test_it_prints_json_that_parses_back(capsys: pytest.CaptureFixture[str]) -> 
 # -- bad input --------------------------------------------------------------------------------------
 
 
+def test_it_puts_the_derived_views_in_show_json(capsys: pytest.CaptureFixture[str]) -> None:
+    # --json must not lose what --cognitive and --context add: the one-line result and the real index.
+    code, out, _ = run(capsys, "show", C, "--cognitive", "--context", "--json", "--dir", PIN_RECALL)
+    assert code == 0
+    events = json.loads(out)["events"]
+    primitives = [e["primitive"] for e in events if e["event"]["event_type"] == "cognitive_primitive"]
+    assert primitives[6] == {
+        "name": "pin",
+        "summary": "REJECTED pin_budget_exceeded (40+4325 > 3500)",
+        "ok": False,
+    }
+    decision = next(e for e in events if e["turn"] == 4 and "pinned_blocks" in e)
+    blocks = [(b["index"], b["pin_id"], b["tokens"]) for b in decision["pinned_blocks"]]
+    assert blocks == [(1, "p_76a38c7e", 26), (2, "p_825eb861", 24)]
+    assert [d["index"] for d in decision["event"]["metadata"]["context_decision"]["decisions"][-2:]] == [
+        15,
+        16,
+    ]
+
+
 def test_it_rejects_a_missing_run(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "show", "nope", "--dir", PIN_RECALL)
     assert code == 1 and out == ""
