@@ -182,6 +182,40 @@ def test_it_prints_markup_and_escapes_literally(capsys: pytest.CaptureFixture[st
     assert "\x1b" not in out
 
 
+def test_it_neutralises_terminal_escapes_in_every_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    run_id = "8854b18b-f882-4142-8122-887b40128a49"
+    hostile = "\x1b]0;owned\x07\x1b[2J\u202eevil\x9b31m [bold]kept[/bold]"
+    lines = []
+    for line in (ROOT / PIN_RECALL / f"{run_id}.jsonl").read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        event["model"] = hostile if event["model"] else None
+        if event["event_type"] == "cognitive_primitive":
+            event["metadata"]["result"]["note"] = hostile
+        lines.append(json.dumps(event))
+    (tmp_path / f"{run_id}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    d = str(tmp_path)
+    for argv in (
+        ["list"],
+        ["show", run_id],
+        ["show", run_id, "--cognitive", "--context"],
+        ["replay", run_id],
+        ["replay", run_id, "--turn", "2"],
+        ["explain", run_id, "--turn", "1"],
+        ["flow", run_id],
+    ):
+        for extra in ([], ["--json"]):
+            code, out, err = run(capsys, *argv, *extra, "--dir", d)
+            assert code == 0, argv
+            for raw in ("\x1b", "\x07", "\u202e", "\x9b"):
+                assert raw not in out + err, (argv, extra, raw)
+            if extra:
+                json.loads(out)
+    _, out, _ = run(capsys, "show", run_id, "--cognitive", "--dir", d)
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\u202eevil\\x9b31m [bold]kept[/bold]" in out
+
+
 def test_it_explains_with_real_message_counts(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, "explain", C, "--turn", "5", "--dir", PIN_RECALL)
     assert "messages: 17 in → 18 out, 10 compressed" in out
@@ -360,6 +394,17 @@ def test_it_prints_times_in_utc_whatever_offset_the_file_uses(
     assert code == 0 and "2026-11-30T06:27" in out and "T08:27" not in out
     code, out, _ = run(capsys, "list", "--json", "--dir", str(tmp_path))
     assert json.loads(out)[1]["started"] == "2026-11-30T06:27:57.120971+00:00"
+
+
+def test_it_reads_dot_traces_by_default(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "traces").mkdir()
+    name = "08b465c7-83c0-44d1-bad3-727f773cb988.jsonl"
+    (tmp_path / "traces" / name).write_bytes((ROOT / BASIC / name).read_bytes())
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "list")
+    assert (code, err) == (0, "") and out.startswith("Runs in traces (1), newest first")
 
 
 def test_it_runs_as_python_dash_m(tmp_path: Path) -> None:
