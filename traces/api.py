@@ -23,7 +23,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, permissions, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.parsers import BaseParser
+from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
@@ -210,7 +210,9 @@ class IngestView(BaseView):
 class UploadListView(BaseView):
     """Upload a JSONL file (multipart field `file`, or a raw `application/x-ndjson` body)."""
 
-    parser_classes = [RawBodyParser]
+    # Multipart is parsed by DRF (so the session CSRF check and the view see the same form data);
+    # any other body is read from the stream by the view itself.
+    parser_classes = [MultiPartParser, RawBodyParser]
 
     @extend_schema(
         request={"multipart/form-data": OpenApiTypes.OBJECT, "application/x-ndjson": OpenApiTypes.BINARY},
@@ -229,10 +231,9 @@ class UploadListView(BaseView):
         content_type = request.META.get("CONTENT_TYPE", "")
         params = request.query_params
         if content_type.startswith("multipart/form-data"):
-            django_request = request._request
-            upload = django_request.FILES.get("file")
-            slug = django_request.POST.get("project") or params.get("project")
-            team = django_request.POST.get("team") or params.get("team")
+            upload = request.FILES.get("file")
+            slug = request.data.get("project") or params.get("project")
+            team = request.data.get("team") or params.get("team")
             project = writable_project(request, slug, team)
             if upload is None:
                 return error_response(400, "multipart body has no 'file' field")

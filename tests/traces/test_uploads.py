@@ -45,6 +45,26 @@ def test_it_works_with_a_session_and_multipart(alice_client: Client, project: Pr
     assert Run.objects.get(project=project, run_id=PIN_RUN).turns == 10
 
 
+def test_it_accepts_a_browser_multipart_upload_with_csrf(alice: Any, project: Project) -> None:
+    # A real browser: CSRF is enforced, the token travels in the X-CSRFToken header.
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    browser.get("/uploads")
+    token = browser.cookies["csrftoken"].value
+    path = SAMPLES / "basic_chat" / "08b465c7-83c0-44d1-bad3-727f773cb988.jsonl"
+    f = SimpleUploadedFile(path.name, path.read_bytes(), content_type="application/octet-stream")
+
+    refused = browser.post("/api/v1/uploads", {"file": f, "project": "alpha-app"})
+    assert refused.status_code == 403
+
+    f.seek(0)
+    r = browser.post("/api/v1/uploads", {"file": f, "project": "alpha-app"}, HTTP_X_CSRFTOKEN=token)
+    assert r.status_code == 202, r.content
+    body = wait_done(browser, r.json()["url"])
+    assert (body["status"], body["accepted"], body["rejected"]) == ("done", 2, 0)
+    assert Run.objects.filter(project=project, run_id=path.stem).exists()
+
+
 def test_it_works_with_a_key_and_a_raw_gzip_body(api_client: Client, project: Project) -> None:
     events = sample_events()
     body = gzip.compress(b"\n".join(json.dumps(e).encode() for e in events) + b"\n")
