@@ -14,6 +14,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from .errors import TraceFormatError
@@ -89,6 +90,18 @@ _OPTIONAL_STR = (
 )
 _OPTIONAL_OBJ = ("tool_call", "budgets")
 MAX_ID_LENGTH = 200
+_ENVELOPE_SET = frozenset(ENVELOPE_KEYS)
+_FIELD_KEYS = tuple(k for k in ENVELOPE_KEYS if k not in ("metadata", "llm_latency_ms"))
+
+
+def _check_required(key: str, value: Any, line: int | None) -> None:
+    """Raise the error for a required id field that failed the fast check (or return if it is fine)."""
+    if value is None:
+        raise TraceFormatError(f"missing required field '{key}'", line=line)
+    if not isinstance(value, str) or not value:
+        raise TraceFormatError(f"'{key}' must be a non-empty string, got {_json_type(value)}", line=line)
+    if len(value) > MAX_ID_LENGTH:
+        raise TraceFormatError(f"'{key}' is longer than {MAX_ID_LENGTH} characters", line=line)
 
 
 def utc_now_iso() -> str:
@@ -135,53 +148,59 @@ class TraceEvent:
 
     @classmethod
     def from_dict(cls, data: Any, *, line: int | None = None) -> TraceEvent:
-        """Validate an untrusted decoded JSON value. Raises `TraceFormatError` naming the field."""
+        """Validate an untrusted decoded JSON value. Raises `TraceFormatError` naming the field.
+
+        The parsed timestamp is kept (`timestamp_dt` does not parse again)."""
+        # Hot path of ingestion (every event of every batch): exact-type checks first, and the object is
+        # filled in directly rather than through the frozen dataclass __init__ (one setattr per field).
         if not isinstance(data, dict):
             raise TraceFormatError(f"event must be a JSON object, got {_json_type(data)}", line=line)
+        get = data.get
         for key in _REQUIRED_STR:
-            value = data.get(key)
-            if value is None:
-                raise TraceFormatError(f"missing required field '{key}'", line=line)
-            if not isinstance(value, str) or not value:
-                raise TraceFormatError(
-                    f"'{key}' must be a non-empty string, got {_json_type(value)}", line=line
-                )
-            if len(value) > MAX_ID_LENGTH:
-                raise TraceFormatError(f"'{key}' is longer than {MAX_ID_LENGTH} characters", line=line)
-        timestamp = data.get("timestamp")
+            value = get(key)
+            if value.__class__ is not str or not value or len(value) > MAX_ID_LENGTH:
+                _check_required(key, value, line)
+        timestamp = get("timestamp")
         if not isinstance(timestamp, str):
             raise TraceFormatError("'timestamp' must be an ISO-8601 string", line=line)
         try:
-            parse_timestamp(timestamp)
+            ts = parse_timestamp(timestamp)
         except ValueError:
             raise TraceFormatError(f"'timestamp' is not ISO-8601: {timestamp[:40]!r}", line=line) from None
         for key in _OPTIONAL_STR:
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
+            value = get(key)
+            if value is not None and value.__class__ is not str and not isinstance(value, str):
                 raise TraceFormatError(
                     f"'{key}' must be a string or null, got {_json_type(value)}", line=line
                 )
         for key in _OPTIONAL_OBJ:
-            value = data.get(key)
+            value = get(key)
             if value is not None and not isinstance(value, dict):
                 raise TraceFormatError(
                     f"'{key}' must be an object or null, got {_json_type(value)}", line=line
                 )
-        latency = data.get("llm_latency_ms")
-        if latency is not None and (isinstance(latency, bool) or not isinstance(latency, int | float)):
-            raise TraceFormatError(
-                f"'llm_latency_ms' must be a number or null, got {_json_type(latency)}", line=line
-            )
-        metadata = data.get("metadata")
+        latency = get("llm_latency_ms")
+        if latency is not None:
+            if isinstance(latency, bool) or not isinstance(latency, int | float):
+                raise TraceFormatError(
+                    f"'llm_latency_ms' must be a number or null, got {_json_type(latency)}", line=line
+                )
+            latency = int(latency)
+        metadata = get("metadata")
         if metadata is None:
             metadata = {}
         if not isinstance(metadata, dict):
             raise TraceFormatError(f"'metadata' must be an object, got {_json_type(metadata)}", line=line)
-        known = {k: data.get(k) for k in ENVELOPE_KEYS if k != "metadata"}
-        extra = {k: v for k, v in data.items() if k not in ENVELOPE_KEYS}
-        if latency is not None:
-            known["llm_latency_ms"] = int(latency)
-        return cls(metadata=metadata, extra=extra, **known)
+        extra_keys = data.keys() - _ENVELOPE_SET
+        extra = {k: v for k, v in data.items() if k in extra_keys} if extra_keys else {}
+        obj = object.__new__(cls)
+        fields = {k: get(k) for k in _FIELD_KEYS}
+        fields["llm_latency_ms"] = latency
+        fields["metadata"] = metadata
+        fields["extra"] = extra
+        fields["timestamp_dt"] = ts  # the cached_property's slot
+        obj.__dict__.update(fields)
+        return obj
 
     @classmethod
     def from_json(cls, text: str | bytes, *, line: int | None = None) -> TraceEvent:
@@ -211,8 +230,9 @@ class TraceEvent:
         agent = self.metadata.get("source_agent")
         return agent if isinstance(agent, str) and agent else None
 
-    @property
+    @cached_property
     def timestamp_dt(self) -> datetime:
+        """`timestamp` parsed (once per event)."""
         return parse_timestamp(self.timestamp)
 
 

@@ -193,12 +193,12 @@ class IngestView(BaseView):
         except ValueError as exc:
             return error_response(400, str(exc))
         try:
-            payload = json.loads(body)
+            payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return error_response(400, f"body is not valid JSON: {exc}")
         if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
             return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
-        result = ingest.ingest_events(key.project, payload["events"], source="api")
+        result = ingest.ingest_events(key.project, payload["events"], source="api", raw_texts=raw_texts)
         code = 207 if result.rejected else 200
         return Response(result.to_dict(), status=code)
 

@@ -25,6 +25,7 @@ Contract of `ingest_events(project, events, source=...)`:
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -171,6 +172,73 @@ def ingest_events(
     result.runs = sorted({c.event.run_id for c in checked})
     log.debug("ingest via %s: %s accepted, %s duplicates", source, result.accepted, result.duplicates)
     return result
+
+
+def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
+    """Decode a `POST /api/v1/ingest` body. Returns `(payload, raw_texts)`.
+
+    For the usual shape, an object whose only key is `"events"` holding an array, `payload` is
+    `{"events": [...]}` and `raw_texts[i]` is the exact JSON text of `events[i]` in the body (stored as
+    the raw event, so nothing is re-serialised and the producer's bytes are kept). Any other body is
+    decoded with `json.loads` and `raw_texts` is None. Raises `json.JSONDecodeError` /
+    `UnicodeDecodeError` for a body that is not JSON, exactly as `json.loads(body)` would.
+    """
+    try:
+        return _scan_batch(body.decode("utf-8") if isinstance(body, bytes | bytearray) else body)
+    except (ValueError, IndexError):
+        # Not the usual shape (or not JSON): the plain decoder gives the answer and the error message.
+        return json.loads(body), None
+
+
+_WS = " \t\n\r"
+_decode_at = json.JSONDecoder().raw_decode
+
+
+def _skip(text: str, i: int) -> int:
+    while text[i] in _WS:
+        i += 1
+    return i
+
+
+def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
+    """`{"events": [v, …]}` scanned element by element with the C decoder; raises ValueError otherwise."""
+    i = _skip(text, 0)
+    if text[i] != "{":
+        raise ValueError("not an object")
+    i = _skip(text, i + 1)
+    key, i = _decode_at(text, i)
+    if key != "events":
+        raise ValueError("not the events key")
+    i = _skip(text, i)
+    if text[i] != ":":
+        raise ValueError("no colon")
+    i = _skip(text, i + 1)
+    if text[i] != "[":
+        raise ValueError("events is not an array")
+    i = _skip(text, i + 1)
+    events: list[Any] = []
+    raws: list[str | None] = []
+    if text[i] == "]":
+        i += 1
+    else:
+        while True:
+            value, end = _decode_at(text, i)
+            events.append(value)
+            raws.append(text[i:end])
+            i = _skip(text, end)
+            if text[i] == ",":
+                i = _skip(text, i + 1)
+                continue
+            if text[i] == "]":
+                i += 1
+                break
+            raise ValueError("bad array")
+    i = _skip(text, i)
+    if text[i] != "}":
+        raise ValueError("more keys")
+    if text[i + 1 :].strip(_WS):
+        raise ValueError("trailing data")
+    return {"events": events}, raws
 
 
 # --------------------------------------------------------------------------------------------------
@@ -329,6 +397,46 @@ def message_decision(d: Any) -> MessageDecisionDict:
 assert set(MESSAGE_DECISION_KEYS) == set(MessageDecisionDict.__annotations__)
 
 
+def message_decisions(value: Any) -> list[MessageDecisionDict]:
+    """`message_decision` of every object in a `decisions` list (other items are skipped).
+
+    Same result as `[message_decision(x) for x in value if isinstance(x, dict)]`, with the common
+    types tested inline: a context decision carries up to hundreds of these per step."""
+    if not isinstance(value, list):
+        return []
+    out: list[MessageDecisionDict] = []
+    append = out.append
+    for src in value:
+        if src.__class__ is not dict:
+            if isinstance(src, dict):
+                append(message_decision(src))
+            continue
+        g = src.get
+        index, role, outcome, fidelity = g("index"), g("role"), g("outcome"), g("fidelity")
+        score, before, after, reason = (
+            g("relevance_score"),
+            g("token_count_before"),
+            g("token_count_after"),
+            g("reason"),
+        )
+        pin_id = g("pin_id")
+        append(
+            {
+                "index": index if index.__class__ is int else _int(index),
+                "role": role if role is None or role.__class__ is str else _str(role),
+                "outcome": outcome if outcome is None or outcome.__class__ is str else _str(outcome),
+                "fidelity": fidelity if fidelity is None or fidelity.__class__ is str else _str(fidelity),
+                "relevance_score": float(score) if score.__class__ is float else _num(score),
+                "token_count_before": before if before.__class__ is int else _int(before),
+                "token_count_after": after if after.__class__ is int else _int(after),
+                "reason": reason if reason is None or reason.__class__ is str else _str(reason),
+                "pinned": g("pinned") is True or reason == "pinned",
+                "pin_id": pin_id if pin_id is None or pin_id.__class__ is str else _str(pin_id),
+            }
+        )  # fmt: skip
+    return out
+
+
 def _usage(usage: Any) -> tuple[int, int, int]:
     u = _dict(usage)
     p = _int(u.get("prompt_tokens")) or 0
@@ -366,15 +474,17 @@ def primitive_outcome(primitive: str, result: Any) -> tuple[bool, str]:
 
 @dataclass
 class _Projection:
+    """Projection rows of one run as plain dicts of column values (attnames; FKs filled in at write)."""
+
     run_fields: dict[str, Any]
-    turns: list[Turn]
-    steps: list[tuple[int, Step]]  # (index of its turn in `turns`, step)
-    decisions: list[tuple[int, ContextDecision]]  # (index of its step in `steps`, decision)
-    primitives: list[tuple[int | None, PrimitiveEvent]]
-    pins: list[Pin]
+    turns: list[dict[str, Any]]
+    steps: list[tuple[int, dict[str, Any]]]  # (index of its turn in `turns`, step row)
+    decisions: list[tuple[int, dict[str, Any]]]  # (index of its step in `steps`, decision row)
+    primitives: list[tuple[int | None, dict[str, Any]]]
+    pins: list[dict[str, Any]]
 
 
-def _step_row(run: Run, sv: StepView) -> Step:
+def _step_row(sv: StepView) -> dict[str, Any]:
     te = sv.turn_event
     md = te.metadata if te is not None else {}
     facts = _dict(md.get("facts"))
@@ -403,82 +513,79 @@ def _step_row(run: Run, sv: StepView) -> Step:
     messages = md.get("messages")
     completed = assessment.get("completed")
     failed = assessment.get("failed")
-    return Step(
-        run=run,
-        agent=sv.agent or "",
-        turn_number=sv.turn,
-        number=sv.step,
-        step_id=sv.step_id,
-        model=model[:200],
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=total,
-        finish_reason=(_str(facts.get("finish_reason")) or "")[:50],
-        assistant_text=_str(facts.get("assistant_text")),
-        tool_calls=tool_calls if isinstance(tool_calls, list) else [],
-        messages=messages if isinstance(messages, list) else None,
-        prompt_snapshot=snapshot if isinstance(snapshot, dict) else None,
-        latency_ms=latency if latency is None or latency >= 0 else None,
-        completed=completed if isinstance(completed, bool) else None,
-        failed=failed if isinstance(failed, bool) else None,
-        started_at=min(ne.event.timestamp_dt for ne in sv.events),
-    )
+    return {
+        "agent": sv.agent or "",
+        "turn_number": sv.turn,
+        "number": sv.step,
+        "step_id": sv.step_id,
+        "model": model[:200],
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": total,
+        "finish_reason": (_str(facts.get("finish_reason")) or "")[:50],
+        "assistant_text": _str(facts.get("assistant_text")),
+        "tool_calls": tool_calls if isinstance(tool_calls, list) else [],
+        "messages": messages if isinstance(messages, list) else None,
+        "prompt_snapshot": snapshot if isinstance(snapshot, dict) else None,
+        "latency_ms": latency if latency is None or latency >= 0 else None,
+        "completed": completed if isinstance(completed, bool) else None,
+        "failed": failed if isinstance(failed, bool) else None,
+        "started_at": min(ne.event.timestamp_dt for ne in sv.events),
+    }
 
 
-def _decision_row(run: Run, sv: StepView) -> ContextDecision | None:
+def _decision_row(sv: StepView) -> dict[str, Any] | None:
     cd = sv.context_decision
     if cd is None:
         return None
     md = cd.metadata
     d = _dict(md.get("context_decision"))
     report = md.get("context_report")
-    rows = [message_decision(x) for x in d.get("decisions") or [] if isinstance(x, dict)]
+    rows = message_decisions(d.get("decisions"))
     explanation = _str(d.get("explanation")) or _str(md.get("explanation")) or ""
     compressed = _int(d.get("compressed_count"))
     if compressed is None:
         compressed = _int(md.get("compressed_count")) or 0
-    return ContextDecision(
-        run=run,
-        agent=sv.agent or "",
-        turn_number=sv.turn,
-        step_number=sv.step,
-        strategy=(_str(d.get("strategy")) or _str(_dict(report).get("strategy_used")) or "")[:100],
-        budget_total=_int(d.get("budget_total")),
-        budget_used=_int(d.get("budget_used")),
-        budget_tools=_int(d.get("budget_tools")),
-        budget_reserve=_int(d.get("budget_reserve")),
-        messages_in=_int(d.get("messages_in", md.get("messages_in"))),
-        messages_out=_int(d.get("messages_out", md.get("messages_out"))),
-        compressed_count=compressed,
-        pinned_count=sum(1 for r in rows if r["pinned"]),
-        dropped_count=sum(1 for r in rows if r["outcome"] == "dropped"),
-        explanation=explanation,
-        utilization=_num(_dict(report).get("utilization")),
-        report=report if isinstance(report, dict) else None,
-        message_decisions=rows,
-    )
+    return {
+        "agent": sv.agent or "",
+        "turn_number": sv.turn,
+        "step_number": sv.step,
+        "strategy": (_str(d.get("strategy")) or _str(_dict(report).get("strategy_used")) or "")[:100],
+        "budget_total": _int(d.get("budget_total")),
+        "budget_used": _int(d.get("budget_used")),
+        "budget_tools": _int(d.get("budget_tools")),
+        "budget_reserve": _int(d.get("budget_reserve")),
+        "messages_in": _int(d.get("messages_in", md.get("messages_in"))),
+        "messages_out": _int(d.get("messages_out", md.get("messages_out"))),
+        "compressed_count": compressed,
+        "pinned_count": sum(1 for r in rows if r["pinned"]),
+        "dropped_count": sum(1 for r in rows if r["outcome"] == "dropped"),
+        "explanation": explanation,
+        "utilization": _num(_dict(report).get("utilization")),
+        "report": report if isinstance(report, dict) else None,
+        "message_decisions": rows,
+    }
 
 
-def _primitive_row(run: Run, ev: TraceEvent, sv: StepView | None, agent: str | None) -> PrimitiveEvent:
+def _primitive_row(ev: TraceEvent, sv: StepView | None, agent: str | None) -> dict[str, Any]:
     md = ev.metadata
     primitive = _str(md.get("primitive")) or ""
     result = md.get("result")
     ok, note = primitive_outcome(primitive, result)
     args = md.get("args")
-    return PrimitiveEvent(
-        run=run,
-        agent=(sv.agent if sv is not None else agent) or "",
-        turn_number=sv.turn if sv is not None else None,
-        step_number=sv.step if sv is not None else None,
-        event_step_id=ev.step_id,
-        primitive=primitive[:50],
-        args=args if isinstance(args, dict) else {},
-        result=result if isinstance(result, dict) else {},
-        ok=ok,
-        note=note,
-        tool_call_id=(_str(md.get("tool_call_id")) or "")[:200],
-        timestamp=ev.timestamp_dt,
-    )
+    return {
+        "agent": (sv.agent if sv is not None else agent) or "",
+        "turn_number": sv.turn if sv is not None else None,
+        "step_number": sv.step if sv is not None else None,
+        "event_step_id": ev.step_id,
+        "primitive": primitive[:50],
+        "args": args if isinstance(args, dict) else {},
+        "result": result if isinstance(result, dict) else {},
+        "ok": ok,
+        "note": note,
+        "tool_call_id": (_str(md.get("tool_call_id")) or "")[:200],
+        "timestamp": ev.timestamp_dt,
+    }
 
 
 def _run_status(events: list[TraceEvent], turns: list[TurnView]) -> str:
@@ -505,72 +612,82 @@ def _run_status(events: list[TraceEvent], turns: list[TurnView]) -> str:
     return Run.Status.RUNNING
 
 
-def project_run(run: Run, events: list[TraceEvent]) -> _Projection:
-    """Compute every projection row of `run` from its raw events (pure; no database access)."""
+def _new_turn(agent: str, number: int) -> dict[str, Any]:
+    return {
+        "agent": agent, "number": number, "steps": 0, "prompt_tokens": 0, "completion_tokens": 0,
+        "tokens": 0, "peak_utilization": None, "strategy": "", "compressions": 0, "primitives": 0,
+        "tool_calls": 0, "started_at": None, "ended_at": None,
+    }  # fmt: skip
+
+
+def project_run(events: list[TraceEvent]) -> _Projection:
+    """Compute every projection row of a run from its raw events (pure; no database access)."""
     events = sorted(events, key=_sort_key)
     normalized = normalize_events(events)
     turn_views = build_steps(normalized)
-    turns: list[Turn] = []
-    steps: list[tuple[int, Step]] = []
-    decisions: list[tuple[int, ContextDecision]] = []
-    primitives: list[tuple[int | None, PrimitiveEvent]] = []
+    turns: list[dict[str, Any]] = []
+    steps: list[tuple[int, dict[str, Any]]] = []
+    decisions: list[tuple[int, dict[str, Any]]] = []
+    primitives: list[tuple[int | None, dict[str, Any]]] = []
     step_models: Counter[str] = Counter()
     for tv in turn_views:
-        turn = Turn(run=run, agent=tv.agent or "", number=tv.turn)
+        turn = _new_turn(tv.agent or "", tv.turn)
         t_index = len(turns)
         turns.append(turn)
         utils: list[float] = []
         strategy = ""
         for sv in tv.steps:
-            step = _step_row(run, sv)
+            step = _step_row(sv)
             s_index = len(steps)
             steps.append((t_index, step))
-            if step.model:
-                step_models[step.model] += 1
-            turn.steps += 1
-            turn.prompt_tokens += step.prompt_tokens
-            turn.completion_tokens += step.completion_tokens
-            turn.tokens += step.total_tokens
-            turn.tool_calls += len(sv.tool_calls)
-            turn.primitives += len(sv.primitive_calls)
-            decision = _decision_row(run, sv)
+            if step["model"]:
+                step_models[step["model"]] += 1
+            turn["steps"] += 1
+            turn["prompt_tokens"] += step["prompt_tokens"]
+            turn["completion_tokens"] += step["completion_tokens"]
+            turn["tokens"] += step["total_tokens"]
+            turn["tool_calls"] += len(sv.tool_calls)
+            turn["primitives"] += len(sv.primitive_calls)
+            decision = _decision_row(sv)
             if decision is not None:
                 decisions.append((s_index, decision))
-                turn.compressions += decision.compressed_count
-                strategy = decision.strategy or strategy
-                if decision.utilization is not None:
-                    utils.append(decision.utilization)
+                turn["compressions"] += decision["compressed_count"]
+                strategy = decision["strategy"] or strategy
+                if decision["utilization"] is not None:
+                    utils.append(decision["utilization"])
             for ev in sv.primitive_calls:
-                primitives.append((s_index, _primitive_row(run, ev, sv, None)))
+                primitives.append((s_index, _primitive_row(ev, sv, None)))
             stamps = [ne.event.timestamp_dt for ne in sv.events]
-            turn.started_at = min([turn.started_at, *stamps] if turn.started_at else stamps)
-            turn.ended_at = max([turn.ended_at, *stamps] if turn.ended_at else stamps)
-        turn.strategy = strategy
-        turn.peak_utilization = max(utils) if utils else None
+            lo, hi = min(stamps), max(stamps)
+            if turn["started_at"] is None or lo < turn["started_at"]:
+                turn["started_at"] = lo
+            if turn["ended_at"] is None or hi > turn["ended_at"]:
+                turn["ended_at"] = hi
+        turn["strategy"] = strategy
+        turn["peak_utilization"] = max(utils) if utils else None
     # Primitive calls whose step is not known yet (its turn event has not arrived).
     for ne in normalized:
         if ne.event_type == "cognitive_primitive" and ne.turn is None:
-            primitives.append((None, _primitive_row(run, ne.event, None, ne.agent)))
+            primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
     pins = [
-        Pin(
-            run=run,
-            agent=p.agent or "",
-            pin_id=p.pin_id[:100],
-            label=(p.label or "")[:500],
-            content=p.content or "",
-            content_hash=hashlib.sha256(p.content.encode("utf-8")).hexdigest() if p.content else "",
-            tokens=p.tokens,
-            created_turn=p.created_turn,
-            created_step=p.created_step,
-            until_turn=p.until_turn,
-            unpinned_turn=p.unpinned_turn,
-        )
+        {
+            "agent": p.agent or "",
+            "pin_id": p.pin_id[:100],
+            "label": (p.label or "")[:500],
+            "content": p.content or "",
+            "content_hash": hashlib.sha256(p.content.encode("utf-8")).hexdigest() if p.content else "",
+            "tokens": p.tokens,
+            "created_turn": p.created_turn,
+            "created_step": p.created_step,
+            "until_turn": p.until_turn,
+            "unpinned_turn": p.unpinned_turn,
+        }
         for p in pin_lifetimes(turn_views)
     ]
     by_primitive = Counter(
         ev.metadata.get("primitive") for ev in events if ev.event_type == "cognitive_primitive"
     )
-    utils_all = [t.peak_utilization for t in turns if t.peak_utilization is not None]
+    utils_all = [t["peak_utilization"] for t in turns if t["peak_utilization"] is not None]
     model = (
         step_models.most_common(1)[0][0] if step_models else next((e.model for e in events if e.model), "")
     )
@@ -584,9 +701,9 @@ def project_run(run: Run, events: list[TraceEvent]) -> _Projection:
         "turns": len(turns),
         "steps": len(steps),
         "events": len(events),
-        "prompt_tokens": sum(t.prompt_tokens for t in turns),
-        "completion_tokens": sum(t.completion_tokens for t in turns),
-        "tokens": sum(t.tokens for t in turns),
+        "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
+        "completion_tokens": sum(t["completion_tokens"] for t in turns),
+        "tokens": sum(t["tokens"] for t in turns),
         "tool_calls": sum(1 for e in events if e.event_type == "tool_call"),
         "errors": sum(1 for e in events if e.event_type == "error"),
         "primitives": sum(by_primitive.values()),
@@ -617,79 +734,117 @@ def do_write_projections(
         for model in (ContextDecision, PrimitiveEvent, Pin, Step, Turn):
             qs = model.objects.filter(run_id__in=replace)
             qs._raw_delete(qs.db)
-    projections = [project_run(run, events_of[run.pk]) for run in runs]
+    projections = [project_run(events_of[run.pk]) for run in runs]
     now = timezone.now()
     for run, proj in zip(runs, projections, strict=True):
         for key, value in proj.run_fields.items():
             setattr(run, key, value)
         run.updated_at = now
-    for run in runs:
-        Run.objects.filter(pk=run.pk).update(**{name: getattr(run, name) for name in _RUN_FIELDS})
-    turns = [t for p in projections for t in p.turns]
-    fast_insert(Turn, turns, need_ids=True)
-    steps: list[Step] = []
-    for proj in projections:
+    _update_runs(runs)
+    turns: list[dict[str, Any]] = []
+    for run, proj in zip(runs, projections, strict=True):
+        for t in proj.turns:
+            t["run_id"] = run.pk
+            turns.append(t)
+    turn_ids = fast_insert(Turn, turns, need_ids=True)
+    steps: list[dict[str, Any]] = []
+    base = 0
+    for run, proj in zip(runs, projections, strict=True):
         for t_index, step in proj.steps:
-            step.turn = proj.turns[t_index]
+            step["run_id"] = run.pk
+            step["turn_id"] = turn_ids[base + t_index]
             steps.append(step)
-    fast_insert(Step, steps, need_ids=True)
-    decisions: list[ContextDecision] = []
-    primitives: list[PrimitiveEvent] = []
-    for proj in projections:
+        base += len(proj.turns)
+    step_ids = fast_insert(Step, steps, need_ids=True)
+    decisions: list[dict[str, Any]] = []
+    primitives: list[dict[str, Any]] = []
+    pins: list[dict[str, Any]] = []
+    base = 0
+    for run, proj in zip(runs, projections, strict=True):
         for s_index, decision in proj.decisions:
-            decision.step = proj.steps[s_index][1]
+            decision["run_id"] = run.pk
+            decision["step_id"] = step_ids[base + s_index]
             decisions.append(decision)
         for s_index_or_none, prim in proj.primitives:
-            prim.step = proj.steps[s_index_or_none][1] if s_index_or_none is not None else None
+            prim["run_id"] = run.pk
+            prim["step_id"] = step_ids[base + s_index_or_none] if s_index_or_none is not None else None
             primitives.append(prim)
+        for pin in proj.pins:
+            pin["run_id"] = run.pk
+            pins.append(pin)
+        base += len(proj.steps)
     fast_insert(ContextDecision, decisions)
     fast_insert(PrimitiveEvent, primitives)
-    fast_insert(Pin, [p for proj in projections for p in proj.pins])
+    fast_insert(Pin, pins)
 
 
-def fast_insert(model: type[models.Model], objs: list[Any], *, need_ids: bool = False) -> None:
-    """Insert rows in bulk: PostgreSQL COPY, elsewhere `bulk_create`. With `need_ids`, the objects get
-    their primary keys (on PostgreSQL taken from the table's sequence in one query, before the COPY).
+def _update_runs(runs: list[Run]) -> None:
+    """Write the projected counters of `runs` (one UPDATE per run, sent as one executemany)."""
+    if not runs:
+        return
+    fields = [Run._meta.get_field(name) for name in _RUN_FIELDS]
+    sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
+    sql = f"UPDATE {connection.ops.quote_name(Run._meta.db_table)} SET {sets} WHERE id = %s"
+    params = [
+        [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields] + [run.pk] for run in runs
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
 
-    Why COPY: Django's bulk_create on PostgreSQL sends every column as an array parameter, and
-    psycopg's Python-level array quoting of large JSON text took most of the ingest time (measured with
-    bench/ingest.py: 5 of 14 s for 10,000 small events). COPY streams rows with no per-value quoting.
-    Model defaults and `save()` are bypassed: callers build complete objects.
+
+@functools.cache
+def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[bool, ...]]:
+    """(attnames, columns, is_json) of a model's non-primary-key concrete fields."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    return (
+        tuple(f.attname for f in fields),
+        tuple(f.column for f in fields),
+        tuple(isinstance(f, models.JSONField) for f in fields),
+    )
+
+
+def fast_insert(
+    model: type[models.Model], rows: list[dict[str, Any]], *, need_ids: bool = False
+) -> list[int]:
+    """Insert row dicts (every non-pk attname of `model`) in bulk: PostgreSQL COPY, elsewhere
+    `bulk_create`. With `need_ids`, returns the new primary keys in row order (on PostgreSQL taken
+    from the table's sequence in one query, before the COPY); otherwise returns [].
+
+    Why COPY of plain tuples: Django's bulk_create on PostgreSQL sends every column as an array
+    parameter, and psycopg's Python-level array quoting of large JSON text took most of the ingest
+    time; building a model instance per row cost as much again (measured with bench/ingest.py).
+    Model defaults and `save()` are bypassed: callers give complete rows.
     """
-    if not objs:
-        return
+    if not rows:
+        return []
+    attnames, columns, json_cols = _columns(model)
     if connection.vendor != "postgresql":
+        objs = [model(**row) for row in rows]
         model.objects.bulk_create(objs, batch_size=500)
-        return
+        return [obj.pk for obj in objs] if need_ids else []
     meta = model._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    json_fields = [isinstance(f, models.JSONField) for f in fields]
-    attnames = [f.attname for f in fields]
-    columns = [f.column for f in fields]
+    ids: list[int] = []
     with connection.cursor() as cursor:
         if need_ids:
             cursor.execute(
                 "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
-                [meta.db_table, meta.pk.column, len(objs)],
+                [meta.db_table, meta.pk.column, len(rows)],
             )
-            for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
-                obj.pk = pk
-            columns = [meta.pk.column, *columns]
+            ids = [pk for (pk,) in cursor.fetchall()]
+            columns = (meta.pk.column, *columns)
         column_sql = ", ".join(connection.ops.quote_name(c) for c in columns)
+        json_names = [a for a, j in zip(attnames, json_cols, strict=True) if j]
         with cursor.cursor.copy(
             f"COPY {connection.ops.quote_name(meta.db_table)} ({column_sql}) FROM STDIN"
         ) as cp:
-            for obj in objs:
-                row = [
-                    _json_text(getattr(obj, a)) if is_json else getattr(obj, a)
-                    for a, is_json in zip(attnames, json_fields, strict=True)
-                ]
+            for i, row in enumerate(rows):
+                for name in json_names:
+                    row[name] = _json_text(row[name])
+                values = [row[a] for a in attnames]
                 if need_ids:
-                    row.insert(0, obj.pk)
-                cp.write_row(row)
-    for obj in objs:
-        obj._state.adding = False
-        obj._state.db = connection.alias
+                    values.insert(0, ids[i])
+                cp.write_row(values)
+    return ids
 
 
 _EVENT_COLUMNS = (
@@ -721,7 +876,10 @@ def _insert_events(rows: list[tuple[Any, ...]]) -> None:
 
 
 def _json_text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return None if value is None else _dumps(value)
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,21 +12,37 @@ import pytest
 # The cast of tests/traces/conftest.py (alice owns "Alpha" and its project "alpha-app"), reused here.
 from tests.traces.conftest import alice, alpha, project  # noqa: F401
 
-# Playwright's sync API runs an event loop in this thread; Django's ORM would otherwise refuse to run.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parent.parent.parent / "test-artifacts" / "screenshots"
 LAPTOP = {"width": 1366, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium per test module. Module scope, not session: Playwright's sync API keeps an event
+    loop running in this thread until it stops, and later tests call `asyncio.run()`."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+        message = "needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+        if os.environ.get("ARCANA_REQUIRE_SERVICES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
     from playwright.sync_api import sync_playwright
 
+    # While Playwright's loop runs in this thread, Django's ORM (the live server's test data, the
+    # assertions) would refuse to run; allow it for the browser tests only, and restore it after.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        yield from _launch(sync_playwright)
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def _launch(sync_playwright: Any) -> Iterator[Any]:
     with sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=CHROMIUM,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 
 from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, projection_snapshot, sample_events, sample_files
-from traces.ingest import do_rebuild_projections, ingest_events
+from traces.ingest import do_rebuild_projections, ingest_events, parse_batch
 from traces.models import ContextDecision, Event, PrimitiveEvent, Project, Run, Step, Team, Turn
 
 
@@ -159,3 +160,26 @@ def test_it_works_for_a_team_with_no_other_runs(db: None) -> None:
     assert ingest_events(project, sample_events("64b15410"), source="cli").accepted == 1
     run = Run.objects.get(project=project)
     assert run.turns == 0 and run.events == 1
+
+
+def test_it_parses_a_batch_body_keeping_each_events_exact_text() -> None:
+    body = b'{ "events" : [ {"a": 1,  "b": "\\u00e9"} ,\n\t{"c": [1, 2]}, 3 ] }\n'
+    payload, raws = parse_batch(body)
+    assert payload == {"events": [{"a": 1, "b": "é"}, {"c": [1, 2]}, 3]}
+    assert raws == ['{"a": 1,  "b": "\\u00e9"}', '{"c": [1, 2]}', "3"]
+    assert parse_batch(b'{"events": []}') == ({"events": []}, [])
+    # Other shapes fall back to json.loads (and its error messages).
+    assert parse_batch(b'{"events": [1], "x": 2}') == ({"events": [1], "x": 2}, None)
+    assert parse_batch(b"[1]") == ([1], None)
+    assert parse_batch(b'\xef\xbb\xbf{"events": [1]}') == ({"events": [1]}, None)
+    for bad in (b'{"events": [1,]}', b'{"events": [1]', b'{"events": [1]} x', b"\xff"):
+        with pytest.raises(ValueError):
+            parse_batch(bad)
+
+
+def test_it_stores_the_exact_text_it_was_given(project: Project) -> None:
+    ev = sample_events("08b465c7")[0]
+    text = json.dumps(ev, indent=1)  # not the compact form json.dumps would give back
+    result = ingest_events(project, [json.loads(text)], source="api", raw_texts=[text])
+    assert result.accepted == 1
+    assert Event.objects.get(step_id=ev["step_id"]).raw == text
