@@ -16,7 +16,9 @@ What it does:
 5. The floor: every row the ingest wrote for the mix (raw events and projections) read back, then
    written with PostgreSQL COPY from this one process into empty copies of the tables (same indexes
    and constraints); ratio = ingest time / COPY time.
-6. `--storage-compare`: the message-decision storage choice in traces/models.py (rows vs one array per
+6. `--stream N`: one run of N events posted in order in batches of 20 (a live sink); events/s for
+   each successive 1,000 events (flat: a batch costs what its own events cost, not the run's length).
+7. `--storage-compare`: the message-decision storage choice in traces/models.py (rows vs one array per
    decision): COPY write time and the read paths of the turn page and the fidelity map.
 """
 
@@ -193,7 +195,7 @@ def setup(url: str) -> tuple[str, dict[str, int]]:
     stamp = datetime.now(UTC).strftime("%H%M%S%f")
     ids = {}
     key = ""
-    for mix in ("a", "b", "latency"):
+    for mix in ("a", "b", "latency", "stream"):
         project = Project.objects.create(team=team, slug=f"mix-{mix}-{stamp}")
         ids[mix] = project.pk
         _, raw = ApiKey.issue(project, name="bench")
@@ -270,6 +272,23 @@ def latency(base: str, key: str, rng: random.Random, n: int) -> list[float]:
                     break
             out.append(time.perf_counter() - t0)
     return out
+
+
+def stream(base: str, key: str, rng: random.Random, n_events: int, size: int) -> list[float]:
+    """One long run posted in batches of `size`, in order (a live sink). Returns events/s per 1,000
+    events: flat when a batch costs what its own events cost, falling when it re-reads the run."""
+    events = small_run(rng, n_events // 4)
+    rates: list[float] = []
+    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        t0 = time.perf_counter()
+        for i in range(0, len(events), size):
+            r = c.post(f"{base}/api/v1/ingest", json={"events": events[i : i + size]})
+            assert r.status_code == 200, r.text[:200]
+            if (i + size) % 1000 == 0:
+                now = time.perf_counter()
+                rates.append(1000 / (now - t0))
+                t0 = now
+    return rates
 
 
 def copy_floor(url: str, project_id: int) -> tuple[float, dict[str, int]]:
@@ -380,6 +399,9 @@ def main() -> None:
     ap.add_argument("--conversations", type=int, default=100, help="conversations (of 20 steps) in mix (b)")
     ap.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     ap.add_argument("--clients", type=int, default=2, help="posting threads")
+    ap.add_argument(
+        "--stream", type=int, default=4000, help="events of the one long run posted in batches of 20"
+    )
     ap.add_argument("--storage-compare", action="store_true")
     args = ap.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
@@ -427,6 +449,10 @@ def main() -> None:
         q = statistics.quantiles(lat, n=20)
         print(f"\nPOST→visible in GET /api/v1/runs/<id> (500-event batch): p50 {statistics.median(lat) * 1000:.0f} ms, "
               f"p95 {q[18] * 1000:.0f} ms")  # fmt: skip
+        if args.stream:
+            rates = stream(base, ids["key-stream"], rng, args.stream, 20)  # type: ignore[arg-type]
+            print(f"\none run of {args.stream:,} events streamed in batches of 20, events/s per 1,000 events: "
+                  + ", ".join(f"{r:,.0f}" for r in rates))  # fmt: skip
         if args.storage_compare:
             storage_compare(url, ids["b"])
     finally:

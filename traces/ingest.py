@@ -31,19 +31,29 @@ import hashlib
 import io
 import json
 import logging
+import operator
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import reduce
 from typing import IO, Any, Literal
 
 from django.conf import settings
 from django.db import connection, models, transaction
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from runtime._trace import TraceEvent
-from runtime._trace_reader import StepView, TurnView, build_steps, normalize_events, pin_lifetimes
+from runtime._trace_reader import (
+    PinLifetime,
+    StepView,
+    TurnView,
+    build_steps,
+    normalize_events,
+    pin_lifetimes,
+)
 from runtime.errors import TraceFormatError
 from traces.models import (
     MESSAGE_DECISION_KEYS,
@@ -299,18 +309,40 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                 ev = c.event
                 new_rows.append(
                     (project.pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
-                     ev.timestamp_dt, c.raw, now)
+                     ev.timestamp_dt, c.raw, now, local_turn(ev))
                 )  # fmt: skip
                 fresh.setdefault(rid, []).append(ev)
         _insert_events(new_rows)
         changed = [runs[rid] for rid in run_ids if rid in fresh]
-        old = [run for run in changed if run.events > 0]
-        events_of: dict[int, list[TraceEvent]] = {
-            run.pk: fresh[run.run_id] for run in changed if run.events == 0
-        }
-        events_of.update(_load_events(project, old))
-        do_write_projections(changed, events_of, replace=[run.pk for run in old])
+        # New runs: every event is in memory. Incremental runs: only the touched turns. Others: all.
+        full = [run for run in changed if run.events == 0]
+        reload: list[Run] = []
+        for run in changed:
+            if run.events == 0:
+                continue
+            if not (run.incremental and _batch_is_local(fresh[run.run_id])):
+                reload.append(run)
+            elif not do_project_turns(project, run, fresh[run.run_id]):
+                reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
+        events_of: dict[int, list[TraceEvent]] = {run.pk: fresh[run.run_id] for run in full}
+        events_of.update(_load_events(project, reload))
+        do_write_projections(full + reload, events_of, replace=[run.pk for run in reload])
     return statuses
+
+
+def local_turn(ev: TraceEvent) -> int | None:
+    """The turn of one of our runtime's events (`metadata.turn`, fixed whatever else arrives), else None.
+
+    Such an event belongs to turn (agent, turn) on its own; Arcana events find their turn through
+    other events, so runs holding any are always projected whole."""
+    if not ev.is_ours:
+        return None
+    turn = ev.metadata.get("turn")
+    return turn if turn.__class__ is int and 0 <= turn < 2**31 else None
+
+
+def _batch_is_local(events: list[TraceEvent]) -> bool:
+    return all(local_turn(ev) is not None and ev.stop_reason != "error" for ev in events)
 
 
 def _load_events(project: Project, runs: list[Run]) -> dict[int, list[TraceEvent]]:
@@ -319,10 +351,24 @@ def _load_events(project: Project, runs: list[Run]) -> dict[int, list[TraceEvent
         return {}
     pk_of = {run.run_id: run.pk for run in runs}
     out: dict[int, list[TraceEvent]] = {run.pk: [] for run in runs}
-    rows = Event.objects.filter(project=project, run_id__in=list(pk_of)).values_list("run_id", "raw")
-    for rid, raw in rows.iterator(chunk_size=2000):
-        out[pk_of[rid]].append(TraceEvent.from_dict(json.loads(raw)))
+    rows = Event.objects.filter(project=project, run_id__in=list(pk_of)).values_list(
+        "pk", "run_id", "raw", "turn"
+    )
+    stale: list[tuple[int | None, int]] = []
+    for pk, rid, raw, turn in rows.iterator(chunk_size=2000):
+        ev = TraceEvent.from_dict(json.loads(raw))
+        out[pk_of[rid]].append(ev)
+        if turn != local_turn(ev):
+            stale.append((local_turn(ev), pk))
+    if stale:
+        # Rows stored before `Event.turn` existed: fill it in, so the run can go turn by turn from now on.
+        with connection.cursor() as cursor:
+            cursor.executemany("UPDATE traces_event SET turn = %s WHERE id = %s", stale)
     return out
+
+
+def _parse_stored(raw: str) -> TraceEvent:
+    return TraceEvent.from_dict(json.loads(raw))
 
 
 def do_rebuild_projections(*, project: Project | None = None, run_id: str | None = None) -> int:
@@ -588,15 +634,11 @@ def _primitive_row(ev: TraceEvent, sv: StepView | None, agent: str | None) -> di
     }
 
 
-def _run_status(events: list[TraceEvent], turns: list[TurnView]) -> str:
-    last = events[-1]
-    if last.event_type == "error" or any(e.stop_reason == "error" for e in events):
+def _run_status(last: TraceEvent, error_stop: bool, last_turn: TraceEvent | None) -> str:
+    """`Run.status` from the run's last event, whether any event stopped on an error, and its last
+    step's `turn` event (see `Run`)."""
+    if last.event_type == "error" or error_stop:
         return Run.Status.FAILED
-    last_turn = max(
-        (sv.turn_event for tv in turns for sv in tv.steps if sv.turn_event is not None),
-        key=_sort_key,
-        default=None,
-    )
     if last_turn is not None:
         md = last_turn.metadata
         assessment = _dict(md.get("assessment"))
@@ -620,15 +662,26 @@ def _new_turn(agent: str, number: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def project_run(events: list[TraceEvent]) -> _Projection:
-    """Compute every projection row of a run from its raw events (pure; no database access)."""
-    events = sorted(events, key=_sort_key)
-    normalized = normalize_events(events)
-    turn_views = build_steps(normalized)
-    turns: list[dict[str, Any]] = []
-    steps: list[tuple[int, dict[str, Any]]] = []
-    decisions: list[tuple[int, dict[str, Any]]] = []
-    primitives: list[tuple[int | None, dict[str, Any]]] = []
+def _pin_row(p: PinLifetime) -> dict[str, Any]:
+    return {
+        "agent": p.agent or "",
+        "pin_id": p.pin_id[:100],
+        "label": (p.label or "")[:500],
+        "content": p.content or "",
+        "content_hash": hashlib.sha256(p.content.encode("utf-8")).hexdigest() if p.content else "",
+        "tokens": p.tokens,
+        "created_turn": p.created_turn,
+        "created_step": p.created_step,
+        "until_turn": p.until_turn,
+        "unpinned_turn": p.unpinned_turn,
+    }
+
+
+def _project_turns(turn_views: list[TurnView]) -> tuple[_Projection, Counter[str]]:
+    """Turn, step, decision and primitive rows of these turns (no pins, no run fields), and how many
+    steps used each model."""
+    proj = _Projection({}, [], [], [], [], [])
+    turns, steps, decisions, primitives = proj.turns, proj.steps, proj.decisions, proj.primitives
     step_models: Counter[str] = Counter()
     for tv in turn_views:
         turn = _new_turn(tv.agent or "", tv.turn)
@@ -665,25 +718,35 @@ def project_run(events: list[TraceEvent]) -> _Projection:
                 turn["ended_at"] = hi
         turn["strategy"] = strategy
         turn["peak_utilization"] = max(utils) if utils else None
+    return proj, step_models
+
+
+def _top_model(step_models: Counter[str]) -> str | None:
+    """The most used step model when one model leads outright, else None."""
+    top = step_models.most_common(2)
+    if not top or (len(top) == 2 and top[0][1] == top[1][1]):
+        return None
+    return top[0][0]
+
+
+def _one_turn_event_per_step(turn_views: list[TurnView]) -> bool:
+    return all(
+        sum(1 for ne in sv.events if ne.event_type == "turn") <= 1 for tv in turn_views for sv in tv.steps
+    )
+
+
+def project_run(events: list[TraceEvent]) -> _Projection:
+    """Compute every projection row of a run from its raw events (pure; no database access)."""
+    events = sorted(events, key=_sort_key)
+    normalized = normalize_events(events)
+    turn_views = build_steps(normalized)
+    proj, step_models = _project_turns(turn_views)
     # Primitive calls whose step is not known yet (its turn event has not arrived).
     for ne in normalized:
         if ne.event_type == "cognitive_primitive" and ne.turn is None:
-            primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
-    pins = [
-        {
-            "agent": p.agent or "",
-            "pin_id": p.pin_id[:100],
-            "label": (p.label or "")[:500],
-            "content": p.content or "",
-            "content_hash": hashlib.sha256(p.content.encode("utf-8")).hexdigest() if p.content else "",
-            "tokens": p.tokens,
-            "created_turn": p.created_turn,
-            "created_step": p.created_step,
-            "until_turn": p.until_turn,
-            "unpinned_turn": p.unpinned_turn,
-        }
-        for p in pin_lifetimes(turn_views)
-    ]
+            proj.primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
+    proj.pins = [_pin_row(p) for p in pin_lifetimes(turn_views)]
+    turns = proj.turns
     by_primitive = Counter(
         ev.metadata.get("primitive") for ev in events if ev.event_type == "cognitive_primitive"
     )
@@ -691,15 +754,21 @@ def project_run(events: list[TraceEvent]) -> _Projection:
     model = (
         step_models.most_common(1)[0][0] if step_models else next((e.model for e in events if e.model), "")
     )
-    run_fields = {
+    error_stop = any(e.stop_reason == "error" for e in events)
+    last_turn = max(
+        (sv.turn_event for tv in turn_views for sv in tv.steps if sv.turn_event is not None),
+        key=_sort_key,
+        default=None,
+    )
+    proj.run_fields = {
         "source": Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA,
         "agents": sorted({ne.agent for ne in normalized if ne.agent}),
         "model": (model or "")[:200],
-        "status": _run_status(events, turn_views),
+        "status": _run_status(events[-1], error_stop, last_turn),
         "started_at": events[0].timestamp_dt,
         "ended_at": events[-1].timestamp_dt,
         "turns": len(turns),
-        "steps": len(steps),
+        "steps": len(proj.steps),
         "events": len(events),
         "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
         "completion_tokens": sum(t["completion_tokens"] for t in turns),
@@ -711,14 +780,199 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         "pin_count": by_primitive.get("pin", 0),
         "unpin_count": by_primitive.get("unpin", 0),
         "peak_utilization": max(utils_all) if utils_all else None,
+        # Whether later batches may re-project only the turns they touch (`do_project_turns`): every
+        # event is ours with a turn, and none of the whole-run facts that path does not track occurs.
+        "incremental": (
+            not error_stop
+            and all(local_turn(e) is not None for e in events)
+            and _one_turn_event_per_step(turn_views)
+            and _top_model(step_models) is not None
+        ),
     }
-    return _Projection(run_fields, turns, steps, decisions, primitives, pins)
+    return proj
 
 
 _RUN_FIELDS = (
     "source agents model status started_at ended_at turns steps events prompt_tokens completion_tokens "
-    "tokens tool_calls errors primitives recall_count pin_count unpin_count peak_utilization updated_at"
+    "tokens tool_calls errors primitives recall_count pin_count unpin_count peak_utilization incremental "
+    "updated_at"
 ).split()
+
+
+def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
+    """Re-project only the turns of `run` that `new` events touch (they are stored already).
+
+    For a run with `run.incremental` and a batch of our events with turns (`_batch_is_local`): a turn
+    (agent, n) of such a run is a function of its own events and of the `turn` events they name as
+    parent, so only the touched turns are recomputed; pins are recomputed per touched agent from its
+    pin/unpin calls (and the working sets that rendered a pin with no token count); the run's counters
+    are updated from the batch and a few aggregate queries. Gives exactly the rows `project_run` gives
+    (tests/traces/test_ingest_incremental.py). Returns False, having changed nothing that the whole-run
+    projection will not replace, when the run leaves the cases this covers; the caller then projects
+    it whole. Must run inside the transaction holding the run's lock."""
+    rid = run.run_id
+    events = Event.objects.filter(project=project, run_id=rid)
+    dirty: set[tuple[str, int]] = {(ev.source_agent or "", local_turn(ev)) for ev in new}  # type: ignore[misc]
+    new_turn_ids = [ev.step_id for ev in new if ev.event_type == "turn"]
+    if new_turn_ids:
+        # A stored event naming a new turn event as parent: its turn may change (its step's id).
+        for agent, turn in events.filter(parent_step_id__in=new_turn_ids).values_list("agent", "turn"):
+            if turn is None:
+                return False
+            dirty.add((agent, turn))
+    # The touched turns' events: the batch's from memory, the others parsed from their rows.
+    new_ids = {ev.step_id for ev in new}
+    loaded = list(new)
+    for sid, agent, turn, raw in events.filter(turn__in=sorted({t for _, t in dirty})).values_list(
+        "step_id", "agent", "turn", "raw"
+    ):
+        if (agent, turn) in dirty and sid not in new_ids:
+            loaded.append(_parse_stored(raw))
+    have = {ev.step_id for ev in loaded}
+    parents = {
+        ev.parent_step_id
+        for ev in loaded
+        if ev.event_type != "turn" and ev.parent_step_id and ev.parent_step_id not in have
+    }
+    if parents:
+        # Turn events of other turns named as parents: normalize_events looks them up (the spine).
+        loaded += [
+            _parse_stored(raw)
+            for raw in events.filter(step_id__in=parents, event_type="turn").values_list("raw", flat=True)
+        ]
+    turn_views = [
+        tv
+        for tv in build_steps(normalize_events(sorted(loaded, key=_sort_key)))
+        if (tv.agent or "", tv.turn) in dirty
+    ]
+    if not _one_turn_event_per_step(turn_views):
+        return False
+    proj, _ = _project_turns(turn_views)
+    by_agent: dict[str, list[int]] = {}
+    for agent, turn in sorted(dirty):
+        by_agent.setdefault(agent, []).append(turn)
+    # One term per agent (not per turn): Django's cost of building a Q grows with its terms.
+    in_dirty = reduce(operator.or_, (Q(agent=a, turn_number__in=ts) for a, ts in by_agent.items()))
+    pins = _project_pins(project, run, {a for a, _ in dirty}, in_dirty, turn_views)
+
+    for m in (ContextDecision, PrimitiveEvent, Step):
+        qs = m.objects.filter(run=run).filter(in_dirty)
+        qs._raw_delete(qs.db)
+    qs = Turn.objects.filter(run=run).filter(
+        reduce(operator.or_, (Q(agent=a, number__in=ts) for a, ts in by_agent.items()))
+    )
+    qs._raw_delete(qs.db)
+    qs = Pin.objects.filter(run=run, agent__in={a for a, _ in dirty})
+    qs._raw_delete(qs.db)
+    proj.pins = pins
+    _insert_projections([(run, proj)])
+
+    # The run's model: the most used over all steps (a tie is left to the whole-run projection, which
+    # breaks it by step order).
+    model = _top_model(
+        Counter(
+            dict(Step.objects.filter(run=run).exclude(model="").values_list("model").annotate(n=Count("id")))
+        )
+    )
+    if model is None:
+        return False  # the rows written above are replaced by the caller's whole-run projection
+    # The run's counters: the batch's additions, and aggregates over the turns and the last events.
+    agg = Turn.objects.filter(run=run).aggregate(
+        turns=Count("id"),
+        steps=Sum("steps"),
+        prompt_tokens=Sum("prompt_tokens"),
+        completion_tokens=Sum("completion_tokens"),
+        tokens=Sum("tokens"),
+        peak_utilization=Max("peak_utilization"),
+    )
+    last = _last_event(events, max(new, key=_sort_key))
+    new_turns = [ev for ev in new if ev.event_type == "turn"]
+    last_turn = _last_event(
+        events.filter(event_type="turn"), max(new_turns, key=_sort_key) if new_turns else None
+    )
+    assert last is not None  # the batch's events are stored
+    by_primitive = Counter(
+        ev.metadata.get("primitive") for ev in new if ev.event_type == "cognitive_primitive"
+    )
+    stamps = [ev.timestamp_dt for ev in new]
+    run.agents = sorted(set(run.agents) | {a for ev in new if (a := ev.source_agent)})
+    run.model = model[:200]
+    run.status = _run_status(last, False, last_turn)
+    run.started_at = min([*stamps, run.started_at] if run.started_at else stamps)
+    run.ended_at = max([*stamps, run.ended_at] if run.ended_at else stamps)
+    run.turns = agg["turns"]
+    run.steps = agg["steps"] or 0
+    run.events += len(new)
+    run.prompt_tokens = agg["prompt_tokens"] or 0
+    run.completion_tokens = agg["completion_tokens"] or 0
+    run.tokens = agg["tokens"] or 0
+    run.tool_calls += sum(1 for ev in new if ev.event_type == "tool_call")
+    run.errors += sum(1 for ev in new if ev.event_type == "error")
+    run.primitives += sum(by_primitive.values())
+    run.recall_count += by_primitive.get("recall", 0)
+    run.pin_count += by_primitive.get("pin", 0)
+    run.unpin_count += by_primitive.get("unpin", 0)
+    run.peak_utilization = agg["peak_utilization"]
+    run.updated_at = timezone.now()
+    _update_runs([run])
+    return True
+
+
+def _last_event(events: QuerySet[Event], known: TraceEvent | None) -> TraceEvent | None:
+    """The last of these events in `_sort_key` order; `known` is one of them (the batch's last), which
+    bounds the search. Ties on the timestamp are broken in Python, as `project_run` does (the database's
+    collation may order step ids differently)."""
+    if known is None:
+        latest = events.aggregate(latest=Max("timestamp"))["latest"]
+        if latest is None:
+            return None
+        rows = events.filter(timestamp=latest)
+    else:
+        rows = events.filter(timestamp__gte=known.timestamp_dt)
+    return max((_parse_stored(raw) for raw in rows.values_list("raw", flat=True)), key=_sort_key)
+
+
+def _project_pins(
+    project: Project, run: Run, agents: set[str], in_dirty: Q, dirty_views: list[TurnView]
+) -> list[dict[str, Any]]:
+    """The pin rows of `agents` (all their pins): `pin_lifetimes` over the touched turns' views and, for
+    the other turns, their stored pin/unpin calls (and, only when a pin has no token count, the
+    working sets that rendered a pin)."""
+    events = Event.objects.filter(project=project, run_id=run.run_id)
+    ids = list(
+        PrimitiveEvent.objects.filter(run=run, agent__in=agents, primitive__in=("pin", "unpin"))
+        .exclude(in_dirty)
+        .values_list("event_step_id", flat=True)
+    )
+    stored = (
+        [_parse_stored(raw) for raw in events.filter(step_id__in=ids).values_list("raw", flat=True)]
+        if ids
+        else []
+    )
+    mine = [tv for tv in dirty_views if (tv.agent or "") in agents]
+
+    def lifetimes(extra: list[TraceEvent]) -> list[PinLifetime]:
+        views = build_steps(normalize_events(sorted(extra, key=_sort_key))) + mine
+        views.sort(key=lambda tv: (tv.agent or "", tv.turn))
+        return pin_lifetimes(views)
+
+    pins = lifetimes(stored)
+    if any(p.tokens is None for p in pins):
+        rendered = set(
+            ContextDecision.objects.filter(run=run, agent__in=agents, pinned_count__gt=0)
+            .exclude(in_dirty)
+            .values_list("agent", "turn_number")
+        )
+        if rendered:
+            stored += [
+                _parse_stored(raw)
+                for agent, turn, raw in events.filter(
+                    event_type="context_decision", turn__in=sorted({t for _, t in rendered})
+                ).values_list("agent", "turn", "raw")
+                if (agent, turn) in rendered
+            ]
+            pins = lifetimes(stored)
+    return [_pin_row(p) for p in pins]
 
 
 def do_write_projections(
@@ -741,15 +995,20 @@ def do_write_projections(
             setattr(run, key, value)
         run.updated_at = now
     _update_runs(runs)
+    _insert_projections(list(zip(runs, projections, strict=True)))
+
+
+def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
+    """Insert the turn, step, decision, primitive and pin rows of each (run, projection)."""
     turns: list[dict[str, Any]] = []
-    for run, proj in zip(runs, projections, strict=True):
+    for run, proj in items:
         for t in proj.turns:
             t["run_id"] = run.pk
             turns.append(t)
     turn_ids = fast_insert(Turn, turns, need_ids=True)
     steps: list[dict[str, Any]] = []
     base = 0
-    for run, proj in zip(runs, projections, strict=True):
+    for run, proj in items:
         for t_index, step in proj.steps:
             step["run_id"] = run.pk
             step["turn_id"] = turn_ids[base + t_index]
@@ -760,7 +1019,7 @@ def do_write_projections(
     primitives: list[dict[str, Any]] = []
     pins: list[dict[str, Any]] = []
     base = 0
-    for run, proj in zip(runs, projections, strict=True):
+    for run, proj in items:
         for s_index, decision in proj.decisions:
             decision["run_id"] = run.pk
             decision["step_id"] = step_ids[base + s_index]
@@ -837,13 +1096,15 @@ def fast_insert(
         with cursor.cursor.copy(
             f"COPY {connection.ops.quote_name(meta.db_table)} ({column_sql}) FROM STDIN"
         ) as cp:
+            lines: list[str] = []
             for i, row in enumerate(rows):
                 for name in json_names:
                     row[name] = _json_text(row[name])
                 values = [row[a] for a in attnames]
                 if need_ids:
                     values.insert(0, ids[i])
-                cp.write_row(values)
+                lines.append(_copy_line(values))
+            cp.write("".join(lines))
     return ids
 
 
@@ -857,6 +1118,7 @@ _EVENT_COLUMNS = (
     "timestamp",
     "raw",
     "received_at",
+    "turn",
 )
 
 
@@ -871,8 +1133,36 @@ def _insert_events(rows: list[tuple[Any, ...]]) -> None:
         return
     columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
-        for row in rows:
-            cp.write_row(row)
+        cp.write("".join([_copy_line(row) for row in rows]))
+
+
+def _copy_cell(v: Any) -> str:
+    """One value in COPY's text format. Why not psycopg's `write_row`: it cost ~11 µs a row in Python,
+    the largest single item of a batch's write (bench/ingest.py); this is a few µs."""
+    cls = v.__class__
+    if cls is str:
+        if "\\" in v or "\n" in v or "\r" in v or "\t" in v:
+            return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        return v
+    if v is None:
+        return "\\N"
+    if cls is int:
+        return str(v)
+    if cls is bool:
+        return "t" if v else "f"
+    if cls is datetime:
+        return v.isoformat()
+    if cls is float:
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    return _copy_cell(str(v))
+
+
+def _copy_line(values: Iterable[Any]) -> str:
+    return "\t".join([_copy_cell(v) for v in values]) + "\n"
 
 
 def _json_text(value: Any) -> str | None:

@@ -124,6 +124,9 @@ class Run(models.Model):
     peak_utilization = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Bookkeeping of `traces.ingest` (not shown): True when every event of the run is one of ours with
+    # a `metadata.turn`, so a batch re-projects only the turns it touches (see traces/ingest.py).
+    incremental = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_project_run_id_uniq")]
@@ -431,6 +434,8 @@ class Event(models.Model):
     timestamp = models.DateTimeField()
     raw = models.TextField()
     received_at = models.DateTimeField(default=timezone.now)
+    # `metadata.turn` of our runtime's events (None for others): lets ingestion load one turn's events.
+    turn = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["timestamp", "step_id"]
@@ -439,7 +444,12 @@ class Event(models.Model):
                 fields=["project", "run_id", "step_id"], name="event_project_run_step_uniq"
             )
         ]
-        indexes = [models.Index(fields=["project", "run_id", "timestamp"], name="event_run_time_idx")]
+        indexes = [
+            models.Index(fields=["project", "run_id", "timestamp"], name="event_run_time_idx"),
+            # Incremental projection: a turn's events, and the events that name a new `turn` event.
+            models.Index(fields=["project", "run_id", "turn"], name="event_run_turn_idx"),
+            models.Index(fields=["project", "run_id", "parent_step_id"], name="event_run_parent_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.step_id}"

@@ -1,0 +1,201 @@
+"""Turn-by-turn (incremental) projection: any order and batching give the rows of a one-batch ingest and
+of `rebuild_projections`, including the cases it hands over to the whole-run projection."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.traces.helpers import our_run, projection_snapshot, sample_events
+from traces import ingest
+from traces.ingest import do_rebuild_projections, ingest_events
+from traces.models import Event, Pin, Project, Run
+
+Events = list[dict[str, Any]]
+
+
+@pytest.fixture
+def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each call of the turn-by-turn path answered (True: it projected the batch itself)."""
+    answers: list[bool] = []
+    real = ingest.do_project_turns
+
+    def observed(*args: Any, **kwargs: Any) -> bool:
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(ingest, "do_project_turns", observed)
+    return answers
+
+
+def _stream(project: Project, events: Events, rng: random.Random, *, shuffle: bool) -> None:
+    items = events[:]
+    if shuffle:
+        rng.shuffle(items)
+    i = 0
+    while i < len(items):
+        n = rng.randint(1, 9)
+        # Now and then a batch repeats part of the previous one (a retrying sink): duplicates change nothing.
+        repeat = items[max(0, i - 2) : i] if rng.random() < 0.2 else []
+        ingest_events(project, items[i : i + n] + repeat, source="api")
+        i += n
+
+
+def assert_converges(project: Project, events: Events, *, seeds: range = range(1, 6)) -> None:
+    """One-batch ingest == streamed in order == shuffled and streamed (several seeds) == rebuilt."""
+    ingest_events(project, events, source="api")
+    expected = projection_snapshot(project)
+    for seed in seeds:
+        for shuffle in (False, True):
+            other = Project.objects.create(team=project.team, slug=f"s{seed}-{int(shuffle)}")
+            _stream(other, events, random.Random(seed), shuffle=shuffle)
+            assert projection_snapshot(other) == expected, (seed, shuffle)
+            do_rebuild_projections(project=other)
+            assert projection_snapshot(other) == expected, (seed, shuffle, "rebuilt")
+
+
+def test_it_streams_our_runs_turn_by_turn_to_identical_rows(
+    project: Project, turn_by_turn: list[bool]
+) -> None:
+    events = our_run("inc-1", agents=("planner", "critic", "scout"), turns=4, steps=3)
+    assert_converges(project, events)
+    assert turn_by_turn and all(turn_by_turn)  # every later batch went turn by turn
+    assert Run.objects.get(project=project).incremental
+    assert set(Event.objects.filter(project=project).values_list("turn", flat=True)) == {1, 2, 3, 4}
+
+
+def test_it_takes_a_pins_tokens_from_a_later_working_set(project: Project, turn_by_turn: list[bool]) -> None:
+    events = our_run("inc-2", turns=3, steps=2)
+    for ev in events:
+        ev["metadata"].pop("tokens", None)  # the pin results say no token count
+    assert_converges(project, events)
+    assert all(turn_by_turn)
+    assert {p.tokens for p in Pin.objects.filter(run__project=project)} == {12}
+
+
+def _mutated(fn: Callable[[Events], None]) -> Events:
+    events = copy.deepcopy(our_run("inc-3", turns=3, steps=2))
+    fn(events)
+    return events
+
+
+def _turn_id(events: Events, agent: str, turn: int, step: int) -> str:
+    return next(
+        e["step_id"]
+        for e in events
+        if e["event_type"] == "turn" and e["metadata"]["source_agent"] == agent
+        and (e["metadata"]["turn"], e["metadata"]["step"]) == (turn, step)
+    )  # fmt: skip
+
+
+def _foreign_parent(events: Events) -> None:
+    """Step planner 2.2 loses its turn event, and its events name planner 1.1's turn event as parent."""
+    gone = _turn_id(events, "planner", 2, 2)
+    other = _turn_id(events, "planner", 1, 1)
+    events[:] = [e for e in events if e["step_id"] != gone]
+    for e in events:
+        if e["parent_step_id"] == gone:
+            e["parent_step_id"] = other
+
+
+def _model_tie(events: Events) -> None:
+    for e in events:
+        if e["metadata"]["source_agent"] == "critic" and e["model"]:
+            e["model"] = "gpt-other"
+
+
+def _error_stop(events: Events) -> None:
+    events[len(events) // 2]["stop_reason"] = "error"
+
+
+def _two_turn_events(events: Events) -> None:
+    twin = copy.deepcopy(next(e for e in events if e["event_type"] == "turn"))
+    twin["step_id"] += "-twin"
+    twin["metadata"]["facts"]["assistant_text"] = "a second record of the same step"
+    events.append(twin)
+
+
+def _unstepped(events: Events) -> None:
+    seeded = copy.deepcopy(events[0])
+    seeded.update(step_id="seeded-1", event_type="history_seeded", parent_step_id=None)
+    seeded["metadata"] = {"producer": "arcana-console", "messages": 3}
+    events.append(seeded)
+
+
+def _arcana_in_the_run(events: Events) -> None:
+    for ev in sample_events("17a81a75")[:12]:
+        events.append({**ev, "run_id": "inc-3"})
+
+
+def _errors_and_failures(events: Events) -> None:
+    last = max((e for e in events if e["event_type"] == "turn"), key=lambda e: (e["timestamp"], e["step_id"]))
+    last["metadata"]["assessment"] = {"completed": False, "failed": True}
+    err = copy.deepcopy(events[3])
+    err.update(step_id="err-1", event_type="error", model=None)
+    err["metadata"] = {**err["metadata"], "error": "timeout", "message": "provider timed out"}
+    events.append(err)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        _foreign_parent,
+        _model_tie,
+        _error_stop,
+        _two_turn_events,
+        _unstepped,
+        _arcana_in_the_run,
+        _errors_and_failures,
+    ],
+)
+def test_it_converges_in_the_cases_it_hands_over(project: Project, mutate: Callable[[Events], None]) -> None:
+    assert_converges(project, _mutated(mutate), seeds=range(1, 4))
+
+
+def test_it_fills_in_the_turn_of_events_stored_before_it_was_kept(project: Project) -> None:
+    events = our_run("inc-4", turns=2, steps=1)
+    ingest_events(project, events[:5], source="api")
+    Event.objects.filter(project=project).update(turn=None)  # as rows written before migration 0002
+    Run.objects.filter(project=project).update(incremental=False)
+    ingest_events(project, events[5:], source="api")
+    assert None not in set(Event.objects.filter(project=project).values_list("turn", flat=True))
+    reference = Project.objects.create(team=project.team, slug="reference")
+    ingest_events(reference, events, source="api")
+    assert projection_snapshot(project) == projection_snapshot(reference)
+
+
+def _ingest_in(project: Project, batches: list[Events]) -> dict[str, Any]:
+    for batch in batches:
+        ingest_events(project, batch, source="api")
+    return projection_snapshot(project)
+
+
+def test_it_reprojects_the_turn_whose_events_name_a_late_turn_event(project: Project) -> None:
+    events = _mutated(_foreign_parent)
+    late = _turn_id(events, "planner", 1, 1)
+    expected = _ingest_in(project, [events])
+    other = Project.objects.create(team=project.team, slug="late-parent")
+    got = _ingest_in(
+        other, [[e for e in events if e["step_id"] != late], [e for e in events if e["step_id"] == late]]
+    )
+    assert got == expected
+    assert Run.objects.get(project=other).incremental
+
+
+def test_it_handles_turn_events_after_their_children_and_unpins_before_pins(
+    project: Project, turn_by_turn: list[bool]
+) -> None:
+    events = our_run("inc-5", turns=3, steps=2)
+    expected = _ingest_in(project, [events])
+    other = Project.objects.create(team=project.team, slug="children-first")
+    unpins = [e for e in events if e["metadata"].get("primitive") == "unpin"]
+    turns = [e for e in events if e["event_type"] == "turn"]
+    rest = [e for e in events if e not in unpins and e not in turns]
+    # Unpins first, then every step's other events, then its turn events one batch at a time.
+    got = _ingest_in(other, [unpins, rest, *[[t] for t in reversed(turns)]])
+    assert got == expected
+    assert turn_by_turn and all(turn_by_turn)
