@@ -559,6 +559,7 @@ def _step_row(sv: StepView) -> dict[str, Any]:
     messages = md.get("messages")
     completed = assessment.get("completed")
     failed = assessment.get("failed")
+    tool_calls = tool_calls if isinstance(tool_calls, list) else []
     return {
         "agent": sv.agent or "",
         "turn_number": sv.turn,
@@ -570,7 +571,8 @@ def _step_row(sv: StepView) -> dict[str, Any]:
         "total_tokens": total,
         "finish_reason": (_str(facts.get("finish_reason")) or "")[:50],
         "assistant_text": _str(facts.get("assistant_text")),
-        "tool_calls": tool_calls if isinstance(tool_calls, list) else [],
+        "tool_calls": tool_calls,
+        "tool_results": tool_results(sv, tool_calls),
         "messages": messages if isinstance(messages, list) else None,
         "prompt_snapshot": snapshot if isinstance(snapshot, dict) else None,
         "latency_ms": latency if latency is None or latency >= 0 else None,
@@ -578,6 +580,86 @@ def _step_row(sv: StepView) -> dict[str, Any]:
         "failed": failed if isinstance(failed, bool) else None,
         "started_at": min(ne.event.timestamp_dt for ne in sv.events),
     }
+
+
+#: What the turn page says for a call the model made that left no event (arcana-agent 1.2 writes none
+#: for a tool that is not registered: its §7 item 13).
+UNRECORDED_CALL = "no event recorded (arcana-agent 1.2 writes none for a tool that is not registered)"
+
+
+def tool_results(sv: StepView, requested: list[Any]) -> list[dict[str, Any]]:
+    """The step's tool results, one dict per answered (or, for Arcana, unanswered) tool call.
+
+    Keys: `tool_call_id, name, arguments, result, recorded, error, error_category, duration_ms,
+    side_effect, args_digest, result_digest, ok, event`. Sources: `tool_call` events (the envelope
+    record gives name, error, duration, digests; ours add `metadata.tool_call_id/arguments/result`,
+    so `recorded` is True), and our `error` events naming a `tool_call_id` (an unknown tool: `result`
+    is what the model was told). arcana-agent 1.2 keeps digests only (`recorded` False) and writes no
+    event for an unknown tool, so a call of an Arcana step that no `tool_call` / `cognitive_primitive`
+    event answers (matched by name) is listed failed with `event: None`. Primitive calls are not here
+    (`PrimitiveEvent`). Order: the order the model asked for the calls, then event order."""
+    asked = [tc for tc in requested if isinstance(tc, dict)]
+    name_of = {tc.get("id"): _str(tc.get("name")) for tc in asked if isinstance(tc.get("id"), str)}
+    ours = sv.turn_event.is_ours if sv.turn_event is not None else any(ne.event.is_ours for ne in sv.events)
+    out: list[dict[str, Any]] = []
+    for ev in sv.tool_calls:
+        rec, md = _dict(ev.tool_call), ev.metadata
+        call_id = _str(md.get("tool_call_id"))
+        error = rec.get("error")
+        error_text = (
+            None if error is None or error == "" else error if isinstance(error, str) else _dumps(error)
+        )
+        out.append(
+            {"tool_call_id": call_id, "name": _str(rec.get("name")) or name_of.get(call_id) or "?",
+             "arguments": md.get("arguments"), "result": md.get("result"), "recorded": "result" in md,
+             "error": error_text, "error_category": _str(rec.get("error_category")),
+             "duration_ms": _int(rec.get("duration_ms")), "side_effect": _str(rec.get("side_effect")),
+             "args_digest": _str(rec.get("args_digest")), "result_digest": _str(rec.get("result_digest")),
+             "ok": error_text is None, "event": "tool_call"}
+        )  # fmt: skip
+    for ev in sv.errors:
+        md = ev.metadata
+        call_id = _str(md.get("tool_call_id"))
+        if call_id is None:
+            continue  # a provider failure, not the answer to a tool call
+        result = md.get("result")
+        if result is None:
+            result = md.get("message") or md.get("error")
+        asked_args = next((tc.get("arguments") for tc in asked if tc.get("id") == call_id), None)
+        out.append(
+            {"tool_call_id": call_id, "name": name_of.get(call_id) or "?", "arguments": asked_args,
+             "result": result, "recorded": True, "error": _str(md.get("error")) or "error",
+             "error_category": _str(md.get("error_category")), "duration_ms": None, "side_effect": None,
+             "args_digest": None, "result_digest": None, "ok": False, "event": "error"}
+        )  # fmt: skip
+    # Position of each result in the model's request list.
+    position: list[int] = []
+    if ours:
+        index_of = {tc.get("id"): i for i, tc in enumerate(asked)}
+        position = [index_of.get(r["tool_call_id"], len(asked)) for r in out]
+    else:
+        free = list(range(len(asked)))
+        primitives = [_str(ev.metadata.get("primitive")) for ev in sv.primitive_calls]
+        for r in out:
+            i = next((i for i in free if _str(asked[i].get("name")) == r["name"]), None)
+            position.append(len(asked) if i is None else i)
+            if i is not None:
+                free.remove(i)
+        for name in primitives:
+            i = next((i for i in free if _str(asked[i].get("name")) == name), None)
+            if i is not None:
+                free.remove(i)
+        for i in free:
+            tc = asked[i]
+            out.append(
+                {"tool_call_id": _str(tc.get("id")), "name": _str(tc.get("name")) or "?",
+                 "arguments": tc.get("arguments"), "result": None, "recorded": False,
+                 "error": UNRECORDED_CALL, "error_category": None, "duration_ms": None, "side_effect": None,
+                 "args_digest": None, "result_digest": None, "ok": False, "event": None}
+            )  # fmt: skip
+            position.append(i)
+    order = sorted(range(len(out)), key=lambda k: position[k])
+    return [out[k] for k in order]
 
 
 def _decision_row(sv: StepView) -> dict[str, Any] | None:

@@ -239,6 +239,26 @@ class Turn(models.Model):
         )
 
 
+class ToolResultDict(TypedDict):
+    """One tool result of a step. `recorded` is False when the producer kept no result body
+    (arcana-agent 1.2 stores digests only); `event` is "tool_call", "error" (an unknown tool, ours) or
+    None (a call an Arcana 1.2 step made that left no event)."""
+
+    tool_call_id: str | None
+    name: str
+    arguments: Any
+    result: Any
+    recorded: bool
+    error: str | None
+    error_category: str | None
+    duration_ms: int | None
+    side_effect: str | None
+    args_digest: str | None
+    result_digest: str | None
+    ok: bool
+    event: str | None
+
+
 class Step(models.Model):
     """One LLM call inside a turn. `step_id` is the step's `turn` event id (None when that event has
     not arrived: a send that failed before its first LLM call, or a batch still in flight)."""
@@ -257,6 +277,8 @@ class Step(models.Model):
     # None when the trace kept only a digest (Arcana "minimized"), "" when the model said nothing.
     assistant_text = models.TextField(null=True, blank=True)  # noqa: DJ001
     tool_calls = models.JSONField(default=list)  # [{id, name, arguments?}] as the turn event lists them
+    # What came back: list[ToolResultDict] (`traces.ingest.tool_results`), in the order the model asked.
+    tool_results = models.JSONField(default=list)
     messages = models.JSONField(null=True, blank=True)  # ours: messages this step appended to history
     prompt_snapshot = models.JSONField(null=True, blank=True)  # only when the producer recorded it
     latency_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -10,6 +10,7 @@ import pytest
 
 from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, projection_snapshot, sample_events, sample_files
+from tests.traces.views_helpers import arcana_tool_run
 from traces.ingest import do_rebuild_projections, ingest_events, parse_batch
 from traces.models import ContextDecision, Event, PrimitiveEvent, Project, Run, Step, Team, Turn
 
@@ -84,9 +85,13 @@ def test_it_counts_a_repeat_inside_one_batch_as_a_duplicate(project: Project) ->
     assert [r.status for r in result.results] == ["accepted", "accepted", "duplicate"]
 
 
+def _arcana_tool_events() -> list[dict[str, Any]]:
+    return arcana_tool_run("arcana-tools", "Paris")
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_it_converges_whatever_the_order_and_batching(project: Project, seed: int) -> None:
-    events = sample_events()
+    events = sample_events() + _arcana_tool_events()
     ingest_events(project, events, source="api")
     expected = projection_snapshot(project)
     other = Project.objects.create(team=project.team, slug=f"shuffled-{seed}")
@@ -102,10 +107,11 @@ def test_it_converges_whatever_the_order_and_batching(project: Project, seed: in
 
 
 def test_it_rebuilds_identical_rows(project: Project) -> None:
-    ingest_events(project, sample_events(), source="api")
+    ingest_events(project, sample_events() + _arcana_tool_events(), source="api")
     before = projection_snapshot(project)
+    assert any(s["tool_results"] for s in before["arcana-tools"]["steps"])
     Step.objects.filter(run__project=project).delete()
-    assert do_rebuild_projections(project=project) == len(sample_files())
+    assert do_rebuild_projections(project=project) == len(sample_files()) + 1
     assert projection_snapshot(project) == before
 
 

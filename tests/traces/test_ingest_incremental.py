@@ -4,6 +4,7 @@ of `rebuild_projections`, including the cases it hands over to the whole-run pro
 from __future__ import annotations
 
 import copy
+import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -11,9 +12,10 @@ from typing import Any
 import pytest
 
 from tests.traces.helpers import our_run, projection_snapshot, sample_events
+from tests.traces.views_helpers import OUR_RUN
 from traces import ingest
 from traces.ingest import do_rebuild_projections, ingest_events
-from traces.models import Event, Pin, Project, Run
+from traces.models import Event, Pin, Project, Run, Step
 
 Events = list[dict[str, Any]]
 
@@ -199,3 +201,24 @@ def test_it_handles_turn_events_after_their_children_and_unpins_before_pins(
     got = _ingest_in(other, [unpins, rest, *[[t] for t in reversed(turns)]])
     assert got == expected
     assert turn_by_turn and all(turn_by_turn)
+
+
+def test_it_projects_tool_results_the_same_way_in_any_order(
+    project: Project, turn_by_turn: list[bool]
+) -> None:
+    from tests.traces.views_helpers import OURS
+
+    events = our_run("tools-1", agents=("planner",), turns=2, steps=2)
+    # An unknown tool (our `error` event naming its call) and a failing tool next to the ones that worked.
+    fixture = [json.loads(line) for line in (OURS / f"{OUR_RUN}.jsonl").read_text().splitlines()]
+    assert_converges(project, events + fixture, seeds=range(1, 4))
+    step = Step.objects.get(run__project=project, run__run_id="tools-1", turn_number=1, number=1)
+    assert [(r["tool_call_id"], r["name"], r["result"], r["ok"]) for r in step.tool_results] == [
+        ("call-1-1", "search", "ok", True)
+    ]
+    step = Step.objects.get(run__project=project, run__run_id=OUR_RUN, turn_number=2, number=1)
+    assert [(r["name"], r["ok"], r["event"], r["error"]) for r in step.tool_results] == [
+        ("weather", False, "error", "unknown_tool"),
+        ("lookup_price", False, "tool_call", "price service unavailable"),
+    ]
+    assert turn_by_turn and any(turn_by_turn)

@@ -3,6 +3,7 @@ snapshots, LLM output, primitive calls, what changed, navigation, escaping, acce
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from tests.traces.views_helpers import (
     OUR_RUN,
     PIN_RUN,
     POOL_RUN,
+    XSS,
+    arcana_tool_run,
     ingest_file,
     ingest_hostile_run,
     ingest_live_run,
@@ -146,3 +149,46 @@ def test_it_shows_a_run_written_by_our_runtime(
     assert "key facts" in html and "[PIN]" in html
     assert "recall turn=1 → 5 messages" in html
     assert "Budget is 42 units; deadline is Friday." in html  # the pin content in the side panel
+
+
+def test_it_shows_the_tool_results_of_a_run_written_by_our_runtime(
+    project: Project, alice_client: Client, tmp_path: Path
+) -> None:
+    path = write_runtime_trace(tmp_path)
+    ingest_file(project, path)
+    step = Step.objects.get(run__run_id=path.stem, turn_number=1, number=1)
+    assert [(r["name"], r["ok"], r["result"]) for r in step.tool_results] == [
+        ("lookup", True, "Paris: 21C, clear")
+    ]
+    html = alice_client.get(f"/runs/{path.stem}/turns/1").content.decode()
+    assert "Tool results" in html and 'class="call tool-result tool-result--ok"' in html
+    assert "Paris: 21C, clear" in html and 'aria-label="succeeded">✓' in html
+    assert "&quot;city&quot;: &quot;Paris&quot;" in html  # the arguments, escaped
+
+
+def test_it_shows_failed_and_unknown_tools_with_what_the_model_was_told(
+    samples: Project, alice_client: Client
+) -> None:
+    html = alice_client.get(f"/runs/{OUR_RUN}/turns/2").content.decode()
+    assert "price service unavailable" in html and "tool &#x27;weather&#x27; not found in registry" in html
+    assert html.count('aria-label="failed">✗') == 2
+    assert "unknown_tool" in html and "3 ms" in html
+
+
+def test_it_shows_the_tool_results_of_an_arcana_file(
+    project: Project, alice_client: Client, tmp_path: Path
+) -> None:
+    path = tmp_path / "arcana-tools.jsonl"
+    events = arcana_tool_run("arcana-tools", XSS)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    ingest_file(project, path)
+    results = Step.objects.get(run__run_id="arcana-tools", turn_number=1).tool_results
+    assert [(r["name"], r["ok"], r["recorded"], r["duration_ms"]) for r in results] == [
+        ("lookup", True, False, 7),
+        ("weather", False, False, None),
+    ]
+    html = alice_client.get("/runs/arcana-tools/turns/1").content.decode()
+    assert "result not recorded by arcana-agent 1.2" in html and "feedc0de" in html and "7 ms" in html
+    assert 'aria-label="succeeded">✓' in html and 'aria-label="failed">✗' in html
+    assert "no event recorded (arcana-agent 1.2 writes none for a tool that is not registered)" in html
+    assert "<script>window.__xss" not in html  # arguments are escaped like every trace string

@@ -177,3 +177,36 @@ def ingest_hostile_run(project: Project, run_id: str = "hostile-run", big: int =
     )
     events[0]["metadata"]["context_decision"]["explanation"] = XSS
     ingest_events(project, events, source="api")
+
+
+def arcana_tool_run(run_id: str, payload: str) -> list[dict[str, Any]]:
+    """An arcana-agent 1.2 send whose model called `lookup` (answered, digests only) and `weather`
+    (not registered: Arcana writes no event for it), then answered."""
+    turn0 = envelope(
+        run_id,
+        "turn",
+        {"step": 0, "facts": {"assistant_text": None, "finish_reason": "tool_calls", "tool_calls": [
+            {"id": "call_a", "name": "lookup", "arguments": '{"city": "' + payload + '"}'},
+            {"id": "call_b", "name": "weather", "arguments": "{}"}]},
+         "assessment": {"completed": False, "failed": False}},
+        timestamp="2026-11-30T06:00:01+00:00",
+    )  # fmt: skip
+    tool = envelope(
+        run_id,
+        "tool_call",
+        {},
+        parent_step_id=turn0["step_id"],
+        timestamp="2026-11-30T06:00:02+00:00",
+        tool_call={"name": "lookup", "args_digest": "a1b2", "idempotency_key": None,
+                   "result_digest": "feedc0de", "error": None, "error_category": None,
+                   "duration_ms": 7, "side_effect": "read"},
+    )  # fmt: skip
+    turn1 = envelope(
+        run_id,
+        "turn",
+        {"step": 1, "facts": {"assistant_text": "done", "finish_reason": "stop", "tool_calls": []},
+         "assessment": {"completed": True, "failed": False}},
+        parent_step_id=turn0["step_id"],
+        timestamp="2026-11-30T06:00:03+00:00",
+    )  # fmt: skip
+    return [turn0, tool, turn1]
