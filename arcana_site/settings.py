@@ -114,6 +114,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5_000_000
 # Number of worker processes that write to the database (web + Celery); checked against SQLite.
 ARCANA_WORKER_PROCESSES = envint("ARCANA_WORKER_PROCESSES", default=1, minimum=1)
 ARCANA_TRACE_DIR = Path(envstr("ARCANA_TRACE_DIR", str(DATA_DIR / "traces")))
+# A running run with no new event for this long is shown idle, not Live, and pages stop polling it.
+ARCANA_LIVE_WINDOW_SECONDS = envint("ARCANA_LIVE_WINDOW_SECONDS", default=120, minimum=1)
 
 # Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
 _BROKER_DIR = DATA_DIR / "broker"

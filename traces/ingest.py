@@ -736,6 +736,13 @@ def _run_status(last: TraceEvent, error_stop: bool, last_turn: TraceEvent | None
     return Run.Status.RUNNING
 
 
+#: Event types that belong to a step (docs/trace-format.md). A run holding none of them (an Arcana 1.2
+#: session file: `history_seeded` only) will never have a step: it is `completed`, not `running`.
+STEP_EVENT_TYPES = frozenset(
+    {"turn", "context_decision", "prompt_snapshot", "llm_call", "tool_call", "cognitive_primitive", "error"}
+)
+
+
 def _new_turn(agent: str, number: int) -> dict[str, Any]:
     return {
         "agent": agent, "number": number, "steps": 0, "prompt_tokens": 0, "completion_tokens": 0,
@@ -846,7 +853,11 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         "source": Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA,
         "agents": sorted({ne.agent for ne in normalized if ne.agent}),
         "model": (model or "")[:200],
-        "status": _run_status(events[-1], error_stop, last_turn),
+        "status": (
+            Run.Status.COMPLETED
+            if not proj.steps and not error_stop and not any(e.event_type in STEP_EVENT_TYPES for e in events)
+            else _run_status(events[-1], error_stop, last_turn)
+        ),
         "started_at": events[0].timestamp_dt,
         "ended_at": events[-1].timestamp_dt,
         "turns": len(turns),
@@ -982,6 +993,8 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     run.status = _run_status(last, False, last_turn)
     run.started_at = min([*stamps, run.started_at] if run.started_at else stamps)
     run.ended_at = max([*stamps, run.ended_at] if run.ended_at else stamps)
+    if not agg["steps"]:
+        return False  # no step at all: the whole-run projection decides the status (see `Run`)
     run.turns = agg["turns"]
     run.steps = agg["steps"] or 0
     run.events += len(new)

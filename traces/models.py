@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from django.conf import settings
@@ -89,7 +90,12 @@ class Run(models.Model):
 
     `status`: `running` until the run's last step ends it — `completed` when the last `turn` event says
     the answer is complete (`assessment.completed`, or `finish_reason == "stop"` with no tool calls),
-    `failed` when the last event is an `error` / a failed assessment / `stop_reason == "error"`.
+    `failed` when the last event is an `error` / a failed assessment / `stop_reason == "error"`. A run
+    with no event of a step at all (an Arcana 1.2 session file holding only `history_seeded`) will
+    never get one: it is `completed` with zero steps ("no steps" on the pages).
+
+    `status` is a pure function of the run's events; whether a `running` run is still *live* also
+    depends on the clock, so it is the property `is_live`, computed when a page is drawn (no re-ingest).
     """
 
     class Source(models.TextChoices):
@@ -141,6 +147,32 @@ class Run(models.Model):
     @property
     def is_running(self) -> bool:
         return self.status == self.Status.RUNNING
+
+    @property
+    def last_activity(self) -> datetime | None:
+        """When the run last showed a sign of life: the older of its last event's timestamp (the
+        producer's clock) and the last time ingestion stored a new event of it (`updated_at`, ours).
+
+        Why the older: an old file uploaded now has a fresh `updated_at` but an old last event (it is
+        not live); a producer whose clock runs ahead has a future last event but a true `updated_at`."""
+        stamps = [t for t in (self.ended_at, self.updated_at) if t is not None]
+        return min(stamps) if stamps else None
+
+    @property
+    def is_live(self) -> bool:
+        """True while the run may still get events: `running`, and active within the last
+        `settings.ARCANA_LIVE_WINDOW_SECONDS`. Pages show "Live" and poll only then; a `running` run
+        past the window is `is_idle` (a crashed producer, an abandoned file) and pages stop polling it."""
+        if self.status != self.Status.RUNNING:
+            return False
+        last = self.last_activity
+        window = timedelta(seconds=int(settings.ARCANA_LIVE_WINDOW_SECONDS))
+        return last is not None and timezone.now() - last <= window
+
+    @property
+    def is_idle(self) -> bool:
+        """`running`, but no sign of life within the live window: it may never get more events."""
+        return self.status == self.Status.RUNNING and not self.is_live
 
     @property
     def is_completed(self) -> bool:

@@ -67,7 +67,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "runs": list(page.object_list),
         "filters": filters,
         "query": query.urlencode(),
-        "any_live": any(r.is_running for r in page.object_list),
+        "any_live": any(r.is_live for r in page.object_list),
     }
     if request.GET.get("fragment") == "list":
         return render(request, "traces/_runs_table.html", ctx)

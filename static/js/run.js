@@ -112,9 +112,10 @@
   if (live && window.ArcanaPoll) {
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {
       interval: 3000,
-      onFinish: function () {
+      onFinish: function (root) {
         var badge = document.getElementById("live-badge");
-        if (badge) { badge.textContent = "Finished"; badge.className = "badge"; }
+        var label = (root && root.getAttribute("data-status-label")) || "Finished";
+        if (badge) { badge.textContent = label; badge.className = "badge"; }
       },
     });
   }

@@ -168,6 +168,24 @@ def test_it_works_for_a_team_with_no_other_runs(db: None) -> None:
     assert run.turns == 0 and run.events == 1
 
 
+def test_it_completes_a_run_that_can_never_have_a_step(project: Project) -> None:
+    # An Arcana 1.2 session file: history_seeded only (the sends go to files of their own).
+    ingest_events(project, sample_events("64b15410"), source="cli")
+    run = Run.objects.get(project=project)
+    assert (run.status, run.steps) == (Run.Status.COMPLETED, 0)
+
+
+def test_it_keeps_a_run_whose_first_step_is_in_flight_running(project: Project) -> None:
+    from tests.traces.views_helpers import decision, our_step
+
+    # Only the context decision of the first step has arrived: more is coming.
+    decision_event, turn_event = our_step("in-flight", 1, 1, decisions=[decision(0, "user")])
+    ingest_events(project, [decision_event], source="api")
+    assert Run.objects.get(run_id="in-flight").status == Run.Status.RUNNING
+    ingest_events(project, [turn_event], source="api")
+    assert Run.objects.get(run_id="in-flight").status == Run.Status.COMPLETED
+
+
 def test_it_parses_a_batch_body_keeping_each_events_exact_text() -> None:
     body = b'{ "events" : [ {"a": 1,  "b": "\\u00e9"} ,\n\t{"c": [1, 2]}, 3 ] }\n'
     payload, raws = parse_batch(body)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.test import override_settings
 from django.utils import timezone
 
 from traces.models import ApiKey, Pin, Project, Run, Turn
@@ -58,3 +60,28 @@ def test_it_reports_run_status(project: Project) -> None:
     assert run.is_running and not run.is_completed and not run.is_failed
     run.status = Run.Status.COMPLETED
     assert run.is_completed and not run.has_primitives
+
+
+def test_it_tells_a_live_run_from_an_idle_one_by_the_clock(project: Project) -> None:
+    now = timezone.now()
+    run = Run.objects.create(project=project, run_id="r1", started_at=now, ended_at=now, updated_at=now)
+    with override_settings(ARCANA_LIVE_WINDOW_SECONDS=120):
+        assert run.is_live and not run.is_idle
+        # Nothing new for three minutes: the same row, read later, is idle (no re-ingest needed).
+        run.ended_at = run.updated_at = now - timedelta(seconds=180)
+        assert not run.is_live and run.is_idle
+    with override_settings(ARCANA_LIVE_WINDOW_SECONDS=600):
+        assert run.is_live
+    run.status = Run.Status.COMPLETED
+    assert not run.is_live and not run.is_idle
+
+
+def test_it_judges_liveness_by_the_older_of_last_event_and_last_ingest(project: Project) -> None:
+    now = timezone.now()
+    old = now - timedelta(days=30)
+    # An old file uploaded just now: its last event is a month old.
+    uploaded = Run(project=project, run_id="r1", ended_at=old, updated_at=now)
+    # A producer whose clock runs ahead, silent since a month: its own stamps look fresh.
+    ahead = Run(project=project, run_id="r2", ended_at=now + timedelta(hours=1), updated_at=old)
+    assert not uploaded.is_live and not ahead.is_live
+    assert uploaded.last_activity == old and ahead.last_activity == old

@@ -165,3 +165,14 @@ def test_it_shows_our_runtime_runs(samples: Project, alice_client: Client) -> No
     html = r.content.decode()
     assert "Arcana Console runtime" in html
     assert "key facts" in html and r.context["pins"].lanes[0].pin.pin_id == "p_1a2b3c4d"
+
+
+def test_it_shows_an_idle_run_without_polling_it(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "crashed-run", turns=2, age=600)
+    html = alice_client.get("/runs/crashed-run").content.decode()
+    assert "data-live-url" not in html and "Live — updating" not in html and ">Idle</span>" in html
+    fragment = alice_client.get("/runs/crashed-run/live").content
+    assert b'data-live="false"' in fragment and b'data-status-label="Idle"' in fragment
+    turn = alice_client.get("/runs/crashed-run/turns/2").content.decode()
+    assert "data-live-url" not in turn and ">Idle</span>" in turn
+    assert b'data-live="false"' in alice_client.get("/runs/crashed-run/turns/2/live").content

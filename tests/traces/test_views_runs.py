@@ -109,3 +109,18 @@ def test_it_refreshes_the_list_while_a_run_is_live(project: Project, alice_clien
     fragment = alice_client.get("/?fragment=list")
     assert fragment.status_code == 200
     assert b'data-live="true"' in fragment.content and b"<html" not in fragment.content
+
+
+def test_it_stops_refreshing_when_the_live_runs_go_idle(project: Project, alice_client: Client) -> None:
+    # A crashed producer: still `running`, but its last event is ten minutes old.
+    ingest_live_run(project, "crashed-run", age=600)
+    assert Run.objects.get(run_id="crashed-run").status == Run.Status.RUNNING
+    r = alice_client.get("/")
+    assert b"data-live-url=" not in r.content and b"badge--live" not in r.content
+    assert b">Idle</span>" in r.content
+    assert b'data-live="false"' in alice_client.get("/?fragment=list").content
+
+
+def test_it_says_no_steps_for_a_session_file(samples: Project, alice_client: Client) -> None:
+    html = alice_client.get("/?q=64b15410").content.decode()
+    assert ">No steps</span>" in html and "badge--live" not in html

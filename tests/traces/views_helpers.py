@@ -130,12 +130,19 @@ def decision(
     }
 
 
-def ingest_live_run(project: Project, run_id: str, turns: int = 2) -> None:
-    """A run still in progress: every step ends with tool calls, so no answer has completed it."""
+def ingest_live_run(project: Project, run_id: str, turns: int = 2, *, age: float = 0.0) -> None:
+    """A run still in progress: every step ends with tool calls, so no answer has completed it. Its
+    events are stamped `age` seconds ago (0: now, so it is live; more than the live window: idle)."""
     events: list[dict[str, Any]] = []
+    start = datetime.now(UTC) - timedelta(seconds=age + turns)
     for t in range(1, turns + 1):
         events += our_step(
-            run_id, t, 1, decisions=[decision(i, "user") for i in range(t)], finish="tool_calls"
+            run_id,
+            t,
+            1,
+            decisions=[decision(i, "user") for i in range(t)],
+            finish="tool_calls",
+            when=start + timedelta(seconds=t - 1),
         )
     ingest_events(project, events, source="api")
 
