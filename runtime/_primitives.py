@@ -29,6 +29,7 @@ from typing import Any
 
 from ._config import ALL_PRIMITIVE_TOOL_NAMES, normalize_primitives, pin_cap, primitive_tool_names
 from ._tokens import TokenCounter
+from ._tools import json_schema_type
 from ._working_set import PinBlock, render_pin
 
 __all__ = [
@@ -341,10 +342,10 @@ class CognitiveHandler:
             raise _InvalidArguments("missing required argument 'content' (string)")
         content = args["content"]
         if not isinstance(content, str):
-            raise _InvalidArguments(f"'content' must be a string, got {_kind(content)}")
+            raise _InvalidArguments(f"'content' must be a string, got {json_schema_type(content)}")
         label = args.get("label")
         if label is not None and not isinstance(label, str):
-            raise _InvalidArguments(f"'label' must be a string or null, got {_kind(label)}")
+            raise _InvalidArguments(f"'label' must be a string or null, got {json_schema_type(label)}")
         until_turn = args.get("until_turn")
         if until_turn is not None:
             until_turn = _require_int(args, "until_turn")
@@ -417,7 +418,7 @@ class CognitiveHandler:
             raise _InvalidArguments(
                 "missing required argument 'pin_id' (string)"
                 if pin_id is None
-                else f"'pin_id' must be a string, got {_kind(pin_id)}"
+                else f"'pin_id' must be a string, got {json_schema_type(pin_id)}"
             )
         entry = self.pins.get(pin_id)
         if entry is None:
@@ -464,7 +465,7 @@ def raw_error(raw: str) -> str:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         return f"arguments are not valid JSON: {exc}"
-    return f"arguments must be a JSON object, got {_kind(value)}"
+    return f"arguments must be a JSON object, got {json_schema_type(value)}"
 
 
 def _require_int(args: Mapping[str, Any], key: str) -> int:
@@ -472,7 +473,9 @@ def _require_int(args: Mapping[str, Any], key: str) -> int:
         raise _InvalidArguments(f"missing required argument '{key}' (integer)")
     value = args[key]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _InvalidArguments(f"'{key}' must be an integer, got {_kind(value)} {json.dumps(value)}")
+        raise _InvalidArguments(
+            f"'{key}' must be an integer, got {json_schema_type(value)} {json.dumps(value)}"
+        )
     return value
 
 
@@ -482,19 +485,6 @@ def _no_unknown(args: Mapping[str, Any], allowed: set[str]) -> None:
         raise _InvalidArguments(
             f"unexpected argument(s): {', '.join(unknown)} (accepted: {', '.join(sorted(allowed))})"
         )
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }.get(type(value), type(value).__name__)
 
 
 def _filter(messages: list[dict[str, Any]], include: str) -> list[dict[str, Any]]:

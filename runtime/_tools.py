@@ -257,27 +257,29 @@ def _type_problem(value: Any, annotation: Any) -> str | None:
     if origin in (typing.Union, types.UnionType):
         if any(_type_problem(value, a) is None for a in args):
             return None
-        return f"has the wrong type ({_kind(value)})"
+        return f"has the wrong type ({json_schema_type(value)})"
     if annotation is type(None):
-        return None if value is None else f"must be null, got {_kind(value)}"
+        return None if value is None else f"must be null, got {json_schema_type(value)}"
     if annotation is bool:
-        return None if isinstance(value, bool) else f"must be a boolean, got {_kind(value)}"
+        return None if isinstance(value, bool) else f"must be a boolean, got {json_schema_type(value)}"
     if annotation is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else f"must be an integer, got {_kind(value)}"
+        return None if ok else f"must be an integer, got {json_schema_type(value)}"
     if annotation is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return None if ok else f"must be a number, got {_kind(value)}"
+        return None if ok else f"must be a number, got {json_schema_type(value)}"
     if annotation is str:
-        return None if isinstance(value, str) else f"must be a string, got {_kind(value)}"
+        return None if isinstance(value, str) else f"must be a string, got {json_schema_type(value)}"
     if annotation is list or origin in (list, Sequence):
-        return None if isinstance(value, list) else f"must be an array, got {_kind(value)}"
+        return None if isinstance(value, list) else f"must be an array, got {json_schema_type(value)}"
     if annotation is dict or origin is dict:
-        return None if isinstance(value, dict) else f"must be an object, got {_kind(value)}"
+        return None if isinstance(value, dict) else f"must be an object, got {json_schema_type(value)}"
     return None
 
 
-def _kind(value: Any) -> str:
+def json_schema_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value ("integer", "string", …), for error messages
+    the model reads (tool arguments and primitive arguments alike)."""
     return {
         bool: "boolean",
         int: "integer",
