@@ -6,7 +6,7 @@
 
 What it does:
 1. Creates (or reuses) the benchmark database, migrates it, makes a project and an API key.
-2. Starts gunicorn (`--workers`, default 2) on a free loopback port with that database.
+2. Starts gunicorn (`--workers`, default 3) on a free loopback port with that database.
 3. Mix (a) small events (turn, llm_call, tool_call, cognitive_primitive; runs of 400 events, so runs
    span batches) and mix (b) realistic conversations (context decisions with 20–200 message decisions,
    prompt/turn/llm_call/primitive events). Batches of 500 events are posted by `--clients` threads.
@@ -18,8 +18,9 @@ What it does:
    and constraints); ratio = ingest time / COPY time.
 6. `--stream N`: one run of N events posted in order in batches of 20 (a live sink); events/s for
    each successive 1,000 events (flat: a batch costs what its own events cost, not the run's length).
-7. `--storage-compare`: the message-decision storage choice in traces/models.py (rows vs one array per
-   decision): COPY write time and the read paths of the turn page and the fidelity map.
+7. `--storage-compare`: the message-decision storage choice in traces/models.py (rows, jsonb objects,
+   packed columnar jsonb or text): COPY write time, size, and the read paths of the turn page and the
+   fidelity map.
 """
 
 from __future__ import annotations
@@ -325,27 +326,41 @@ def copy_floor(url: str, project_id: int) -> tuple[float, dict[str, int]]:
 
 
 def storage_compare(url: str, project_id: int) -> None:
-    """Rows vs one array per decision, on the decisions mix (b) wrote."""
+    """The message-decision storage choice, on the decisions mix (b) wrote: one row per message, a jsonb
+    array of objects (the previous form), the packed columnar JSON as jsonb, and as text (the current
+    `ContextDecision.message_table`). COPY write, and read + decode to dicts for the turn page (one
+    decision) and the fidelity map (every decision of a run)."""
+    from traces.models import MESSAGE_DECISION_KEYS, pack_message_decisions, unpack_message_decisions
+
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT d.id, d.run_id, d.message_decisions::text FROM traces_contextdecision d "
+            "SELECT d.id, d.run_id, d.message_table FROM traces_contextdecision d "
             "JOIN traces_run r ON r.id = d.run_id WHERE r.project_id = %s",
             (project_id,),
         ).fetchall()
-        arrays = io.StringIO()
+
+        def esc(text: str) -> str:
+            return text.replace("\\", "\\\\")
+
+        data = {"objects": io.StringIO(), "packed_jsonb": io.StringIO(), "packed_text": io.StringIO()}
         flat = io.StringIO()
         n = 0
-        for did, rid, text in rows:
-            arrays.write(f"{did}\t{rid}\t{text.replace(chr(92), chr(92) * 2)}\n")
-            for d in json.loads(text):
+        for did, rid, table in rows:
+            mds = unpack_message_decisions(table)
+            packed = pack_message_decisions([[d[k] for k in MESSAGE_DECISION_KEYS] for d in mds])
+            objects = json.dumps(mds, separators=(",", ":"), ensure_ascii=False)
+            data["objects"].write(f"{did}\t{rid}\t{esc(objects)}\n")
+            data["packed_jsonb"].write(f"{did}\t{rid}\t{esc(packed)}\n")
+            data["packed_text"].write(f"{did}\t{rid}\t{esc(packed)}\n")
+            for d in mds:
                 n += 1
-                vals = [did, rid, d["index"], d["role"], d["outcome"], d["fidelity"], d["relevance_score"],
-                        d["token_count_before"], d["token_count_after"], d["reason"], d["pinned"], d["pin_id"]]  # fmt: skip
+                vals = [did, rid, *(d[k] for k in MESSAGE_DECISION_KEYS)]
                 flat.write("\t".join("\\N" if v is None else str(v) for v in vals) + "\n")
         conn.execute("DROP SCHEMA IF EXISTS cmp CASCADE")
         conn.execute("CREATE SCHEMA cmp")
-        conn.execute("CREATE TABLE cmp.arr (id bigint PRIMARY KEY, run_id bigint, message_decisions jsonb)")
-        conn.execute("CREATE INDEX ON cmp.arr (run_id)")
+        for name, kind in (("objects", "jsonb"), ("packed_jsonb", "jsonb"), ("packed_text", "text")):
+            conn.execute(f"CREATE TABLE cmp.{name} (id bigint PRIMARY KEY, run_id bigint, v {kind})")
+            conn.execute(f"CREATE INDEX ON cmp.{name} (run_id)")
         conn.execute(
             "CREATE TABLE cmp.md (id bigserial PRIMARY KEY, decision_id bigint, run_id bigint, idx int, role text, "
             "outcome text, fidelity text, relevance double precision, before int, after int, reason text, "
@@ -354,16 +369,16 @@ def storage_compare(url: str, project_id: int) -> None:
         conn.execute("CREATE INDEX ON cmp.md (decision_id, idx)")
         conn.execute("CREATE INDEX ON cmp.md (run_id)")
         timings = {}
-        for name, table, cols, data in (
-            ("rows", "cmp.md", "(decision_id, run_id, idx, role, outcome, fidelity, relevance, before, after, reason, pinned, pin_id)", flat),
-            ("arrays", "cmp.arr", "(id, run_id, message_decisions)", arrays),
-        ):  # fmt: skip
+        md_cols = "(decision_id, run_id, idx, role, outcome, fidelity, relevance, before, after, reason, pinned, pin_id)"
+        for name, table, cols, buf in (
+            ("rows", "cmp.md", md_cols, flat),
+            *((name, f"cmp.{name}", "(id, run_id, v)", buf) for name, buf in data.items()),
+        ):
             t0 = time.perf_counter()
             with conn.cursor().copy(f"COPY {table} {cols} FROM STDIN") as cp:
-                cp.write(data.getvalue())
+                cp.write(buf.getvalue())
             timings[name] = time.perf_counter() - t0
-        conn.execute("ANALYZE cmp.md")
-        conn.execute("ANALYZE cmp.arr")
+            conn.execute(f"ANALYZE {table}")
         sample = [r[0] for r in rows[:200]]
         run_ids = sorted({r[1] for r in rows})[:20]
 
@@ -373,32 +388,43 @@ def storage_compare(url: str, project_id: int) -> None:
                 fn(x)
             return (time.perf_counter() - t0) / len(items) * 1000
 
-        turn_rows = timed(
-            lambda d: conn.execute(
-                "SELECT * FROM cmp.md WHERE decision_id = %s ORDER BY idx", (d,)
-            ).fetchall(),
-            sample,
-        )
-        turn_arr = timed(lambda d: json.loads(conn.execute("SELECT message_decisions::text FROM cmp.arr WHERE id = %s", (d,)).fetchone()[0]), sample)  # fmt: skip
-        map_rows = timed(lambda r: conn.execute("SELECT decision_id, idx, fidelity, outcome FROM cmp.md WHERE run_id = %s ORDER BY decision_id, idx", (r,)).fetchall(), run_ids)  # fmt: skip
-        map_arr = timed(lambda r: [json.loads(t) for (t,) in conn.execute("SELECT message_decisions::text FROM cmp.arr WHERE run_id = %s ORDER BY id", (r,)).fetchall()], run_ids)  # fmt: skip
+        cols = ["id", "decision_id", "run_id", *MESSAGE_DECISION_KEYS]
+        reads = {
+            "rows": (
+                timed(lambda d: [dict(zip(cols, r, strict=True)) for r in conn.execute("SELECT * FROM cmp.md WHERE decision_id = %s ORDER BY idx", (d,)).fetchall()], sample),
+                timed(lambda r: [dict(zip(cols, x, strict=True)) for x in conn.execute("SELECT * FROM cmp.md WHERE run_id = %s ORDER BY decision_id, idx", (r,)).fetchall()], run_ids),
+            )
+        }  # fmt: skip
+        for name in data:
+            reads[name] = (
+                timed(lambda d, t=name: unpack_message_decisions(conn.execute(f"SELECT v::text FROM cmp.{t} WHERE id = %s", (d,)).fetchone()[0]), sample),
+                timed(lambda r, t=name: [unpack_message_decisions(v) for (v,) in conn.execute(f"SELECT v::text FROM cmp.{t} WHERE run_id = %s ORDER BY id", (r,)).fetchall()], run_ids),
+            )  # fmt: skip
+        sizes = {
+            name: conn.execute(f"SELECT pg_total_relation_size('cmp.{name}')").fetchone()[0]  # type: ignore[index]
+            for name in ("md", *data)
+        }
         conn.execute("DROP SCHEMA cmp CASCADE")
-    print(f"\nmessage-decision storage, {len(rows):,} decisions / {n:,} message decisions:")
+    steps = len(rows) // max(1, len({r[1] for r in rows}))
     print(
-        f"  COPY write     rows {timings['rows']:.2f} s ({n / timings['rows']:,.0f}/s)   arrays {timings['arrays']:.2f} s ({n / timings['arrays']:,.0f}/s)"
+        f"\nmessage-decision storage, {len(rows):,} decisions / {n:,} message decisions ({steps} steps/run):"
     )
-    print(f"  turn page      rows {turn_rows:.2f} ms/decision   arrays {turn_arr:.2f} ms/decision")
-    print(
-        f"  fidelity map   rows {map_rows:.1f} ms/run   arrays {map_arr:.1f} ms/run  ({len(rows) // max(1, len({r[1] for r in rows}))} steps/run)"
-    )
+    for name in ("rows", *data):
+        size = sizes["md" if name == "rows" else name] / 1e6
+        turn_ms, map_ms = reads[name]
+        print(f"  {name:13s} COPY {timings[name]:.2f} s ({n / timings[name]:>9,.0f}/s)  {size:5.1f} MB   "
+              f"turn page {turn_ms:.2f} ms/decision   fidelity map {map_ms:.1f} ms/run")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=50_000, help="events in mix (a)")
     ap.add_argument("--conversations", type=int, default=100, help="conversations (of 20 steps) in mix (b)")
-    ap.add_argument("--workers", type=int, default=2, help="gunicorn workers")
-    ap.add_argument("--clients", type=int, default=2, help="posting threads")
+    # 3 workers on this 2-core machine: a worker waits on PostgreSQL (COPY, commit fsync) for about a
+    # third of a batch, and a third worker fills those waits (measured: 2 workers ~6,900 events/s in
+    # mix (a), 3 workers ~8,200, medians on the same code).
+    ap.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    ap.add_argument("--clients", type=int, default=3, help="posting threads")
     ap.add_argument(
         "--stream", type=int, default=4000, help="events of the one long run posted in batches of 20"
     )

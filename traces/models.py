@@ -347,25 +347,58 @@ class MessageDecisionDict(TypedDict):
 MESSAGE_DECISION_KEYS: tuple[str, ...] = tuple(MessageDecisionDict.__annotations__)
 
 
+def pack_message_decisions(rows: list[list[Any]]) -> str:
+    """The stored form of a step's message decisions: compact JSON `{"cols": [...], "rows": [[...], ...]}`,
+    one row per input message with the values of `MESSAGE_DECISION_KEYS` in that order."""
+    return _PACK_HEAD + _dumps(rows) + "}"
+
+
+def unpack_message_decisions(text: str | None) -> list[MessageDecisionDict]:
+    """`pack_message_decisions` reversed: the list of `MessageDecisionDict` pages and the API read.
+    Columns are taken from the stored header, so a later change of keys still reads old rows."""
+    if not text:
+        return []
+    value = json.loads(text)
+    if isinstance(value, list):  # a plain list of decision objects (as producers write them)
+        return value
+    cols = value.get("cols") or MESSAGE_DECISION_KEYS
+    return [dict(zip(cols, row, strict=False)) for row in value.get("rows") or []]  # type: ignore[misc]
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_PACK_HEAD = '{"cols":' + _dumps(list(MESSAGE_DECISION_KEYS)) + ',"rows":'
+EMPTY_MESSAGE_TABLE = pack_message_decisions([])
+
+
 class ContextDecision(models.Model):
     """What the working-set builder did before one step; one per step.
 
-    The per-message decisions are stored as ONE compact JSON array per decision (`message_decisions`,
-    a list of `MessageDecisionDict` with the fixed keys `MESSAGE_DECISION_KEYS`), not as one row per
-    message. Measured with `bench/ingest.py --storage-compare` on PostgreSQL (this 2-core machine, shared
-    with other jobs; 1,200 decisions of 20–200 messages = 133,031 message decisions):
+    The per-message decisions are stored as ONE compact columnar JSON text per decision
+    (`message_table`: `{"cols": MESSAGE_DECISION_KEYS, "rows": [[index, role, outcome, ...], ...]}`,
+    written by `pack_message_decisions`), not as one row per message; `message_decisions` turns it back
+    into the list of `MessageDecisionDict` the pages and the read API use.
 
-    * COPY write: rows 2.01 s (66k/s) vs arrays 2.11 s (63k/s) — a tie in the database. In our ingest the
-      difference is Python: an array is one value per step, rows would be one object per message
-      (~100 per step); mix (b) ingests at 2.3x its COPY floor with arrays.
-    * turn page (one step's decisions): rows 0.54 ms vs arrays 0.80 ms per decision.
-    * fidelity map (every message of every step of a 20-step run): rows 3.6 ms vs arrays 14.0 ms per run
-      (jsonb to text to Python dominates).
+    Why — measured with `bench/ingest.py --storage-compare` on PostgreSQL (this shared 2-core machine;
+    mix (b): 2,000 decisions, 218,168 message decisions; read = fetch + decode to dicts):
 
-    Rows read faster, but both reads are far below a page's render time, and a step's decisions are
-    always shown together (never queried one message at a time across steps), so the array is kept
-    for the cheaper ingest, 1 row instead of ~100 per step, and the same shape producers write.
-    `pinned_count` / `dropped_count` keep the two aggregates pages filter on as columns.
+    ==============  ===========  =======  ===================  ======================
+    storage         COPY         size     turn page            fidelity map (20 steps)
+    ==============  ===========  =======  ===================  ======================
+    row per message 115k/s       43.7 MB  0.83 ms / decision   14.2 ms / run
+    jsonb objects   78k/s        6.2 MB   0.92 ms / decision   16.9 ms / run
+    packed jsonb    165k/s       6.0 MB   0.72 ms / decision   12.1 ms / run
+    packed text     620k/s       4.9 MB   0.64 ms / decision    9.7 ms / run
+    ==============  ===========  =======  ===================  ======================
+
+    The previous form (jsonb objects, ~49 MB of JSON before compression) made PostgreSQL's jsonb parser
+    the floor of mix (b) (~70–85k message decisions/s); packed text is 8x cheaper to write and also the
+    fastest to read, since nothing queries inside the array (the aggregates pages filter on are the
+    columns `pinned_count` / `dropped_count`) and jsonb bought nothing. Mix (b) went from ~36k to
+    ~64k message decisions/s end to end with everything else equal (2 gunicorn workers); pages
+    (`bench/pages.py`, 1,000 steps x 200 decisions, SQLite): turn page 63.5 → 36.7 ms, run overview
+    315 → 326 ms (noise; the map reads 100 decisions). One row per message costs a Python object and
+    a COPY line per message (~100 per step) and reads no faster; a step's decisions are always shown
+    together, so one value per step stays.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
@@ -386,7 +419,7 @@ class ContextDecision(models.Model):
     explanation = models.TextField(blank=True)
     utilization = models.FloatField(null=True, blank=True)
     report = models.JSONField(null=True, blank=True)  # metadata.context_report as written
-    message_decisions = models.JSONField(default=list)  # list[MessageDecisionDict], see the docstring
+    message_table = models.TextField(default=EMPTY_MESSAGE_TABLE)  # packed, see the docstring
 
     class Meta:
         ordering = ["agent", "turn_number", "step_number"]
@@ -394,6 +427,14 @@ class ContextDecision(models.Model):
 
     def __str__(self) -> str:
         return f"decision {self.agent or '-'} {self.turn_number}.{self.step_number}"
+
+    @property
+    def message_decisions(self) -> list[MessageDecisionDict]:
+        """The per-message decisions in input order (decoded once per instance)."""
+        cached: list[MessageDecisionDict] | None = self.__dict__.get("_message_decisions")
+        if cached is None:
+            cached = self.__dict__["_message_decisions"] = unpack_message_decisions(self.message_table)
+        return cached
 
     def decisions(self) -> list[MessageDecisionDict]:
         """The per-message decisions in input order."""

@@ -26,6 +26,7 @@ from traces.models import (
     Turn,
     Upload,
     projects_for_user,
+    unpack_message_decisions,
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -305,9 +306,9 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
     rows_qs = (
         ContextDecision.objects.filter(id__in=ids)
         .order_by("turn_number", "step_number")
-        .values_list("turn_number", "step_number", "strategy", "message_decisions")
+        .values_list("turn_number", "step_number", "strategy", "message_table")
     )
-    steps = list(rows_qs)
+    steps = [(t, s, strategy, unpack_message_decisions(table)) for t, s, strategy, table in rows_qs]
 
     agent_q = f"?agent={agent}" if agent else ""
     n = len(steps)

@@ -16,7 +16,17 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from traces import queries
-from traces.models import ContextDecision, Membership, Pin, PrimitiveEvent, Project, Run, Step, Turn
+from traces.models import (
+    ContextDecision,
+    Membership,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+    unpack_message_decisions,
+)
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -152,14 +162,14 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
     previous = (
         ContextDecision.objects.filter(run=run, agent=agent, turn_number__lt=number)
         .order_by("-turn_number", "-step_number")
-        .values_list("turn_number", "step_number", "message_decisions")
+        .values_list("turn_number", "step_number", "message_table")
         .first()
     )
     neighbours = Turn.objects.filter(run=run, agent=agent, number__in=[number - 1, number + 1]).values_list(
         "number", flat=True
     )
     prev_label = f"turn {previous[0]} step {previous[1]}" if previous else ""
-    prev_mds = previous[2] if previous else None
+    prev_mds = unpack_message_decisions(previous[2]) if previous else None
     prev_turn = previous[0] if previous else 0
     step_views = []
     for step in steps:
