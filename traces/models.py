@@ -394,9 +394,10 @@ class ContextDecision(models.Model):
     the floor of mix (b) (~70–85k message decisions/s); packed text is 8x cheaper to write and also the
     fastest to read, since nothing queries inside the array (the aggregates pages filter on are the
     columns `pinned_count` / `dropped_count`) and jsonb bought nothing. Mix (b) went from ~36k to
-    ~64k message decisions/s end to end with everything else equal (2 gunicorn workers); pages
-    (`bench/pages.py`, 1,000 steps x 200 decisions, SQLite): turn page 63.5 → 36.7 ms, run overview
-    315 → 326 ms (noise; the map reads 100 decisions). One row per message costs a Python object and
+    ~64k message decisions/s end to end with everything else equal (2 gunicorn workers). Pages
+    (`bench/pages.py`, 1,000 steps x 200 decisions, SQLite, median of 3 runs): turn page 44.8 → 36.7
+    ms, run overview 253 → 289 ms — within this machine's noise (run to run: 35–64 ms, 231–326 ms);
+    template rendering, not decoding, dominates both. One row per message costs a Python object and
     a COPY line per message (~100 per step) and reads no faster; a step's decisions are always shown
     together, so one value per step stays.
     """
