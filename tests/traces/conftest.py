@@ -98,3 +98,12 @@ def api_key(project: Project, alice: Any) -> str:
 def api_client(api_key: str) -> Client:
     """A client that sends `Authorization: Bearer <api_key>` on every request (no session)."""
     return Client(headers={"Authorization": f"Bearer {api_key}"})
+
+
+@pytest.fixture
+def samples(project: Project) -> Project:
+    """Alice's project with every sample trace of arcana-agent 1.2 ingested."""
+    from tests.traces.views_helpers import ingest_samples
+
+    ingest_samples(project)
+    return project

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 from django.test import Client
 
 from tests.traces.views_helpers import (
@@ -16,15 +15,8 @@ from tests.traces.views_helpers import (
     XSS,
     ingest_hostile_run,
     ingest_live_run,
-    ingest_samples,
 )
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Project, Run
-
-
-@pytest.fixture
-def samples(project: Project) -> Project:
-    ingest_samples(project)
-    return project
 
 
 def test_it_requires_login(client: Client, samples: Project) -> None:

@@ -7,14 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_live_run, ingest_samples
+from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_live_run
 from traces.models import Project, Run
-
-
-@pytest.fixture
-def samples(project: Project) -> Project:
-    ingest_samples(project)
-    return project
 
 
 def test_it_requires_login(client: Client) -> None:

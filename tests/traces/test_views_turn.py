@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.test import Client
 
 from tests.traces.runtime_trace import write_runtime_trace
@@ -20,15 +19,8 @@ from tests.traces.views_helpers import (
     ingest_file,
     ingest_hostile_run,
     ingest_live_run,
-    ingest_samples,
 )
 from traces.models import Project, Run, Step
-
-
-@pytest.fixture
-def samples(project: Project) -> Project:
-    ingest_samples(project)
-    return project
 
 
 def test_it_requires_login(client: Client, samples: Project) -> None:
