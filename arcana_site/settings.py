@@ -171,6 +171,12 @@ SESSION_COOKIE_HTTPONLY = True
 # Off by default so the embedded set-up works over plain http on 127.0.0.1; turn on behind TLS.
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", default=False)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", default=False)
+# Behind TLS: SECURE_SSL_REDIRECT=True and a HSTS max-age (seconds); a proxy that terminates TLS must
+# send X-Forwarded-Proto, which ARCANA_BEHIND_TLS_PROXY=True trusts.
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", default=0, minimum=0)
+if envbool("ARCANA_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
