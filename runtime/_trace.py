@@ -104,6 +104,30 @@ def _check_required(key: str, value: Any, line: int | None) -> None:
         raise TraceFormatError(f"'{key}' is longer than {MAX_ID_LENGTH} characters", line=line)
 
 
+def decode_jsonl_line(number: int, raw: bytes) -> tuple[str | None, str | None]:
+    """Decode line `number` (1-based) of a JSONL stream as both readers of trace files do.
+
+    Returns `(text, None)` for a line to parse, `(None, None)` for a blank line (skipped), and
+    `(None, error)` for a line that is not UTF-8. A UTF-8 BOM on line 1 and CRLF endings are accepted.
+
+        >>> decode_jsonl_line(1, b'\\xef\\xbb\\xbf{"a": 1}\\r\\n')
+        ('{"a": 1}', None)
+        >>> decode_jsonl_line(2, b"  \\n")
+        (None, None)
+        >>> decode_jsonl_line(3, b"\\xff\\n")
+        (None, 'not valid UTF-8: invalid start byte at byte 0')
+    """
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    raw = raw.rstrip(b"\r\n")
+    if not raw.strip():
+        return None, None
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8: {exc.reason} at byte {exc.start}"
+
+
 def utc_now_iso() -> str:
     """The current time as Arcana writes it: ISO-8601 UTC with offset."""
     return datetime.now(UTC).isoformat()

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ._trace import PRODUCER, TraceEvent, parse_timestamp
+from ._trace import PRODUCER, TraceEvent, decode_jsonl_line, parse_timestamp
 from .errors import TraceFormatError
 
 __all__ = [
@@ -539,15 +539,10 @@ def read_file(path: str | Path) -> tuple[list[TraceEvent], list[LineError]]:
     try:
         for number, raw in _iter_lines(p):
             last = number
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            text = raw.rstrip(b"\r\n")
-            if not text.strip():
-                continue
-            try:
-                decoded = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                errors.append(LineError(str(p), number, f"not valid UTF-8: {exc.reason} at byte {exc.start}"))
+            decoded, error = decode_jsonl_line(number, raw)
+            if error is not None:
+                errors.append(LineError(str(p), number, error))
+            if decoded is None:
                 continue
             try:
                 events.append(TraceEvent.from_json(decoded, line=number))

@@ -46,7 +46,7 @@ from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from runtime._trace import TraceEvent
+from runtime._trace import TraceEvent, decode_jsonl_line
 from runtime._trace_reader import (
     PinLifetime,
     StepView,
@@ -1526,15 +1526,10 @@ def iter_jsonl(
                 return
             yield number, None, None, f"line is longer than the {limit:,}-byte limit for one event"
             continue
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        raw = raw.rstrip(b"\r\n")
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            yield number, None, None, f"not valid UTF-8: {exc.reason} at byte {exc.start}"
+        text, error = decode_jsonl_line(number, raw)
+        if error is not None:
+            yield number, None, None, error
+        if text is None:
             continue
         try:
             value = json.loads(text)

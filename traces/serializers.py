@@ -76,7 +76,7 @@ class StepSerializer(serializers.ModelSerializer[Step]):
         model = Step
         fields = [
             "agent", "turn", "step", "step_id", "model", "prompt_tokens", "completion_tokens", "total_tokens",
-            "finish_reason", "assistant_text", "tool_calls", "messages", "prompt_snapshot", "latency_ms",
+            "finish_reason", "assistant_text", "tool_calls", "tool_results", "messages", "prompt_snapshot", "latency_ms",
             "completed", "failed", "started_at", "decision", "primitive_events",
         ]  # fmt: skip
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,8 @@ from django.test import Client
 
 from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, sample_events
+from tests.traces.runtime_trace import write_runtime_trace
+from tests.traces.views_helpers import ingest_file
 from traces.ingest import ingest_events
 from traces.models import Project
 
@@ -124,6 +127,17 @@ def test_it_shows_the_customer_pin_at_the_right_turns(alice_client: Client, inge
     assert customer["content"].startswith("Customer: ACME Corp")
     prims = _turn(alice_client, 8)["primitive_events"]
     assert [(p["primitive"], p["ok"], p["note"]) for p in prims] == [("unpin", True, "unpinned p_825eb861")]
+
+
+def test_its_steps_carry_their_tool_results(alice_client: Client, project: Project, tmp_path: Path) -> None:
+    path = write_runtime_trace(tmp_path)
+    ingest_file(project, path)
+    body = alice_client.get(f"/api/v1/runs/{path.stem}/turns/1").json()
+    results = body["steps"][0]["tool_results"]
+    assert [(r["name"], r["ok"], r["recorded"], r["result"], r["event"]) for r in results] == [
+        ("lookup", True, True, "Paris: 21C, clear", "tool_call")
+    ]
+    assert results[0]["arguments"] == {"city": "Paris"}
 
 
 def test_it_404s_a_missing_turn(alice_client: Client, ingested: Project) -> None:
