@@ -229,7 +229,8 @@ class TurnDict(TypedDict):
 class Turn(models.Model):
     """One turn of one agent (1-based `number`): all the steps one user message caused."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turn_set")
+    # db_index=False: run is the first column of a composite index below (one index fewer per row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="turn_set", db_index=False)
     agent = models.CharField(max_length=200, blank=True)
     number = models.PositiveIntegerField()
     steps = models.PositiveIntegerField(default=0)
@@ -295,7 +296,8 @@ class Step(models.Model):
     """One LLM call inside a turn. `step_id` is the step's `turn` event id (None when that event has
     not arrived: a send that failed before its first LLM call, or a batch still in flight)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_set")
+    # db_index=False: run is the first column of a composite index below (one index fewer per row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_set", db_index=False)
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="step_set")
     agent = models.CharField(max_length=200, blank=True)
     turn_number = models.PositiveIntegerField()
@@ -402,7 +404,8 @@ class ContextDecision(models.Model):
     together, so one value per step stays.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions")
+    # db_index=False: run is the first column of a composite index below (one index fewer per row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="decisions", db_index=False)
     step = models.OneToOneField(Step, on_delete=models.CASCADE, related_name="decision")
     agent = models.CharField(max_length=200, blank=True)
     turn_number = models.PositiveIntegerField()
@@ -458,7 +461,8 @@ def content_hash(text: str | None) -> str:
 class Pin(models.Model):
     """Content an agent protected, with its lifetime in 1-based turns (docs/trace-format.md, Pins)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="pins")
+    # db_index=False: run is the first column of a composite index below (one index fewer per row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="pins", db_index=False)
     agent = models.CharField(max_length=200, blank=True)
     pin_id = models.CharField(max_length=100)
     label = models.CharField(max_length=500, blank=True)
@@ -492,7 +496,8 @@ class PrimitiveEvent(models.Model):
     """One `recall` / `pin` / `unpin` call. `ok` is False when the call did not do what it asked
     (an error result, `pinned: false`, `unpinned: false`, `found: false`); `note` says why, or what it did."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="primitive_events")
+    # db_index=False: run is the first column of a composite index below (one index fewer per row).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="primitive_events", db_index=False)
     step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, related_name="primitive_events")
     agent = models.CharField(max_length=200, blank=True)
     turn_number = models.PositiveIntegerField(null=True, blank=True)
@@ -521,7 +526,13 @@ class Event(models.Model):
 
     # No foreign key to Run: an event is keyed by the (project, run_id) it names, so raw rows can be
     # written before (and independently of) the projection rows; `Run.raw_events()` joins them.
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="events")
+    # No index of its own and no database constraint (ingest speed, bench/ingest.py): the unique
+    # (project, run_id, step_id) index serves every lookup by project; the project is checked by the
+    # run row `traces.ingest` upserts in the same transaction (its foreign key locks the project row
+    # until commit), and deleting a project still deletes its events (Django's on_delete).
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="events", db_index=False, db_constraint=False
+    )
     run_id = models.CharField(max_length=200)
     step_id = models.CharField(max_length=200)
     parent_step_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001  (as written)
@@ -540,8 +551,9 @@ class Event(models.Model):
                 fields=["project", "run_id", "step_id"], name="event_project_run_step_uniq"
             )
         ]
+        # Every index costs each COPY'd row an insert; these are the ones a query needs. `raw_events()`
+        # (the read API's event list) finds a run's rows through the unique index and sorts them.
         indexes = [
-            models.Index(fields=["project", "run_id", "timestamp"], name="event_run_time_idx"),
             # Incremental projection: a turn's events, and the events that name a new `turn` event.
             models.Index(fields=["project", "run_id", "turn"], name="event_run_turn_idx"),
             models.Index(fields=["project", "run_id", "parent_step_id"], name="event_run_parent_idx"),
