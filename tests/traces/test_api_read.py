@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,16 @@ def test_it_lists_raw_events_by_type(alice_client: Client, ingested: Project) ->
     assert first["event"]["metadata"]["primitive"] == "pin"
     everything = alice_client.get(f"/api/v1/runs/{PIN_RUN}/events?type=llm_call,turn&limit=100").json()
     assert everything["count"] == 13
+
+
+def test_it_lists_a_runs_raw_events_oldest_first(alice_client: Client, ingested: Project) -> None:
+    body = alice_client.get(f"/api/v1/runs/{PIN_RUN}/events?limit=100").json()
+    keys = [(datetime.fromisoformat(e["timestamp"]), e["step_id"]) for e in body["results"]]
+    assert len(keys) == body["count"] == 42
+    assert keys == sorted(keys)
+    lines = (SAMPLES / "pin_recall" / f"{PIN_RUN}.jsonl").read_text().splitlines()
+    in_file = [json.loads(line)["step_id"] for line in lines]
+    assert sorted(e["step_id"] for e in body["results"]) == sorted(in_file)
 
 
 def test_it_serves_the_openapi_schema(alice_client: Client) -> None:

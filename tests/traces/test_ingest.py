@@ -220,3 +220,15 @@ def test_it_formats_raw_event_copy_rows_like_the_generic_formatter() -> None:
         (2, "r", "s2", "p\r", "x", "ag\n", now, "plain", now, 3),
     ]
     assert _event_copy_text(rows) == "".join(_copy_line(r) for r in rows)
+
+
+def test_it_deletes_a_projects_events_and_projections_with_the_project(project: Project) -> None:
+    """`Event.project` has no database constraint (ingest speed); Django's on_delete still cascades."""
+    ingest_events(project, sample_events(PIN_RUN[:8]), source="cli")
+    other = Project.objects.create(team=project.team, slug="other")
+    ingest_events(other, sample_events(PIN_RUN[:8]), source="cli")
+    project.delete()
+    assert not Event.objects.filter(project_id=project.pk).exists()
+    assert not Run.objects.filter(project_id=project.pk).exists()
+    assert Event.objects.filter(project=other).count() == 42
+    assert Step.objects.filter(run__project=other).count() == 10
