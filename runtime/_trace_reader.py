@@ -131,6 +131,17 @@ class TurnView:
     steps: list[StepView] = field(default_factory=list)
 
 
+def pin_active_at(created_turn: int, until_turn: int | None, unpinned_turn: int | None, turn: int) -> bool:
+    """Whether a pin is in effect at `turn` (DESIGN.md §1): created ≤ t, not unpinned before t (an
+    unpin in turn t still counts: the pin was rendered in that turn's steps), `until_turn` null or ≥ t.
+    The one statement of the rule for traces read from files and for stored pins alike."""
+    return (
+        created_turn <= turn
+        and (unpinned_turn is None or unpinned_turn >= turn)
+        and (until_turn is None or turn <= until_turn)
+    )
+
+
 @dataclass(frozen=True)
 class PinLifetime:
     """A pin seen in the trace: when it was made, until when it was asked to live, when it was removed.
@@ -150,12 +161,7 @@ class PinLifetime:
     created_step: int | None = None
 
     def is_active_at(self, turn: int) -> bool:
-        """DESIGN.md §1: created ≤ t, not unpinned before t, and `until_turn` null or ≥ t."""
-        return (
-            self.created_turn <= turn
-            and (self.unpinned_turn is None or self.unpinned_turn >= turn)
-            and (self.until_turn is None or turn <= self.until_turn)
-        )
+        return pin_active_at(self.created_turn, self.until_turn, self.unpinned_turn, turn)
 
     def to_dict(self) -> dict[str, Any]:
         return {

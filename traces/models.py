@@ -22,6 +22,8 @@ from django.db import models
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from runtime._trace_reader import pin_active_at
+
 
 class Team(models.Model):
     """A group of people sharing projects. Every page and API call is scoped to the caller's teams."""
@@ -484,12 +486,8 @@ class Pin(models.Model):
         return f"{self.pin_id} ({self.label})"
 
     def is_active_at(self, turn: int) -> bool:
-        """DESIGN.md §1: created ≤ t, not unpinned before t, and `until_turn` null or ≥ t."""
-        return (
-            self.created_turn <= turn
-            and (self.unpinned_turn is None or self.unpinned_turn >= turn)
-            and (self.until_turn is None or turn <= self.until_turn)
-        )
+        """DESIGN.md §1, the same rule as `Run.active_pins_at` puts in SQL."""
+        return pin_active_at(self.created_turn, self.until_turn, self.unpinned_turn, turn)
 
 
 class PrimitiveEvent(models.Model):
