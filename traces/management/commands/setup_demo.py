@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from traces import ingest
+from traces.management.commands.import_traces import trace_files
 from traces.models import Membership, Project, Run, Team
 from traces.tasks import run_demo_conversation
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
 
         if Run.objects.filter(project=proj).exists():
             return
-        files = sorted(p for p in DEMO_TRACES.rglob("*.jsonl") if p.is_file())
+        files = trace_files([str(DEMO_TRACES)])
         accepted = 0
         for path in files:
             with path.open("rb") as raw, ingest.open_jsonl(raw) as fh:
