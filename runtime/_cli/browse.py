@@ -1,0 +1,278 @@
+"""`arcana trace list`, `show` and `flow`: what a trace holds, run by run and turn by turn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._render import table
+from .._trace import TraceEvent
+from .._trace_reader import (
+    NormalizedEvent,
+    PinLifetime,
+    StepView,
+    TurnView,
+)
+from .command import Command
+from .formatting import (
+    UNRECORDED_CALL,
+    _changed,
+    _decision,
+    _decision_row_compact,
+    _dict,
+    _event_detail,
+    _is_arcana,
+    _list,
+    _num,
+    _pin_line,
+    _step_model,
+    _tool_outcome,
+    _ts,
+    _where,
+    pin_blocks,
+    primitive_line,
+    unrecorded_calls,
+)
+
+
+def cmd_list(c: Command) -> int:
+    runs = c.reader.runs()
+    if c.args.agent:
+        runs = [r for r in runs if c.args.agent in r.agents]
+    if c.as_json:
+        c.out.raw_json([r.to_dict() for r in runs])
+        return c.report_line_errors()
+    c.out.line(f"Runs in {c.dir} ({len(runs)}), newest first")
+    if runs:
+        c.out.line()
+        rows = [
+            [
+                r.run_id,
+                ", ".join(r.agents) or "-",
+                r.turns,
+                r.steps,
+                r.events,
+                r.primitives,
+                f"{r.size:,} B",
+                (r.started or "-")[:19].replace("T", " "),
+                r.producer,
+            ]
+            for r in runs
+        ]
+        c.out.lines(
+            table(
+                [
+                    "RUN ID",
+                    "AGENTS",
+                    "TURNS",
+                    "STEPS",
+                    "EVENTS",
+                    "PRIMITIVES",
+                    "SIZE",
+                    "STARTED (UTC)",
+                    "PRODUCER",
+                ],
+                rows,
+                align="llrrrrrll",
+                max_widths=[None, 24],
+            )
+        )
+    return c.report_line_errors()
+
+
+FILTERS = {
+    "cognitive": ("cognitive_primitive",),
+    "context": ("context_decision",),
+    "errors": ("error",),
+    "tools": ("tool_call",),
+    "llm": ("llm_call",),
+}
+
+
+def cmd_show(c: Command) -> int:
+    rid = c.run_id()
+    files = c.reader.files_of(rid)
+    norm = c.reader.normalized(rid)
+    arcana = _is_arcana(norm[0] if norm else None)
+    if c.args.agent:
+        c.agent_turns(rid)  # validates the name
+        norm = [ne for ne in norm if ne.agent == c.args.agent]
+    wanted = {t for name, types in FILTERS.items() if getattr(c.args, name) for t in types}
+    # Tool failures are errors too; an `error` filter also shows failed tool calls.
+    shown = [
+        ne
+        for ne in norm
+        if not wanted
+        or ne.event_type in wanted
+        or ("error" in wanted and ne.event_type == "tool_call" and _dict(ne.event.tool_call).get("error"))
+    ]
+    total = len(c.reader.normalized(rid))
+    pins = c.reader.pins(rid)
+    steps = {(sv.agent, sv.turn, sv.step): sv for tv in c.reader.turns(rid) for sv in tv.steps}
+    if c.as_json:
+        c.out.raw_json(
+            {
+                "run_id": rid,
+                "agent": c.args.agent,
+                "total_events": total,
+                "events": [_show_json(ne, steps, pins, arcana) for ne in shown],
+            }
+        )
+        return c.report_line_errors(files)
+    with_agent = bool(c.reader.agents(rid))
+    c.out.line(f"Trace: {rid}" + (f" (agent={c.args.agent})" if c.args.agent else ""))
+    c.out.line(f"Events: {len(shown)}" + (f" (filtered from {total})" if len(shown) != total else ""))
+    if arcana:
+        c.out.line("Producer: arcana-agent 1.2 (turn = LLM iteration + 1)")
+    c.out.line()
+    for ne in shown:
+        ev = ne.event
+        c.out.line(
+            f"{ne.index:>3}. {ev.event_type:<21} {_ts(ev)}  {_event_detail(ev)}{_where(ne, with_agent)}"
+        )
+        if ev.event_type == "context_decision" and c.args.context:
+            sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
+            _context_lines(c, ev, sv, pins, arcana)
+    return c.report_line_errors(files)
+
+
+def _show_json(
+    ne: NormalizedEvent,
+    steps: dict[tuple[str | None, int, int], StepView],
+    pins: list[PinLifetime],
+    arcana: bool,
+) -> dict[str, Any]:
+    """One event of `show --json`: the event as written plus what the text view derives from it
+    (the primitive's one-line summary; a decision's pinned blocks at their real index)."""
+    item: dict[str, Any] = {
+        "index": ne.index,
+        "turn": ne.turn,
+        "step": ne.step,
+        "agent": ne.agent,
+        "event": ne.event.to_dict(),
+    }
+    if ne.event_type == "cognitive_primitive":
+        prim, summary, ok = primitive_line(ne.event)
+        item["primitive"] = {"name": prim, "summary": summary, "ok": ok}
+    elif ne.event_type == "context_decision":
+        sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
+        agent_pins = [p for p in pins if sv is not None and p.agent == sv.agent]
+        item["pinned_blocks"] = pin_blocks(sv, agent_pins, arcana=arcana) if sv is not None else []
+    return item
+
+
+def _context_lines(
+    c: Command, ev: TraceEvent, sv: StepView | None, pins: list[PinLifetime], arcana: bool
+) -> None:
+    cd = _decision(ev)
+    pad = "       "
+    explanation = cd.get("explanation") or ev.metadata.get("explanation")
+    if explanation:
+        c.out.line(pad + str(explanation))
+    c.out.line(
+        f"{pad}messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
+        f"({_changed(ev)}) · budget "
+        f"{_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
+    )
+    for d in _list(cd.get("decisions")):
+        if isinstance(d, dict) and not (d.get("reason") == "pinned" or d.get("pinned") is True):
+            c.out.line(pad + _decision_row_compact(d))
+    if sv is not None:
+        for b in pin_blocks(sv, [p for p in pins if p.agent == sv.agent], arcana=arcana):
+            c.out.line(pad + _pin_line(b))
+
+
+def cmd_flow(c: Command) -> int:
+    rid = c.run_id()
+    files = c.reader.files_of(rid)
+    turns = c.agent_turns(rid)
+    arcana = _is_arcana(c.first(rid))
+    agents: list[str | None] = []
+    for tv in turns:
+        if tv.agent not in agents:
+            agents.append(tv.agent)
+    if c.as_json:
+        c.out.raw_json({"run_id": rid, "turns": [_flow_turn_json(tv) for tv in turns]})
+        return c.report_line_errors(files)
+    n_steps = sum(len(tv.steps) for tv in turns)
+    n_turns = len({(t.agent, t.turn) for t in turns})
+    c.out.line(f"Flow — run {rid} · {_plural(n_turns, 'turn')} · {_plural(n_steps, 'step')}")
+    if arcana:
+        c.out.line("(arcana-agent 1.2 file: one turn per LLM iteration, turn = iteration + 1)")
+    last_status = None
+    for agent in agents:
+        if agent is not None:
+            c.out.line()
+            c.out.line(f"Agent {agent}")
+        for tv in (t for t in turns if t.agent == agent):
+            c.out.line()
+            status = _turn_status(tv)
+            last_status = status
+            c.out.line(f"  Turn {tv.turn}" + (f" ({status})" if status else ""))
+            for sv in tv.steps:
+                cd = _decision(sv.context_decision)
+                c.out.line(
+                    f"    step {sv.step}  {_step_model(sv) or '?'}  {cd.get('strategy') or '-'} "
+                    f"{_num(cd.get('messages_in'))}→{_num(cd.get('messages_out'))} messages"
+                )
+                children: list[tuple[int, str]] = []
+                for ev in sv.primitive_calls:
+                    prim, text, ok = primitive_line(ev)
+                    children.append((_index_of(sv, ev), f"{'✓' if ok else '✗'} {prim} {text}"))
+                for ev in sv.tool_calls:
+                    name, text, ok = _tool_outcome(ev)
+                    children.append((_index_of(sv, ev), f"{'✓' if ok else '✗'} tool {name} {text}".rstrip()))
+                for ev in sv.errors:
+                    children.append((_index_of(sv, ev), f"✗ error {_event_detail(ev)}"))
+                turn_index = _index_of(sv, sv.turn_event) if sv.turn_event is not None else 0
+                for name in unrecorded_calls(sv):
+                    children.append((turn_index, f"✗ tool {name}  {UNRECORDED_CALL}"))
+                for _, text in sorted(children, key=lambda t: t[0]):
+                    c.out.line(f"      ├─ {text}")
+    if turns:
+        c.out.line()
+        c.out.line(f"  → stop: {last_status or 'in progress'}")
+    return c.report_line_errors(files)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _index_of(sv: StepView, ev: TraceEvent) -> int:
+    return next((ne.index for ne in sv.events if ne.event is ev), 0)
+
+
+def _turn_status(tv: TurnView) -> str | None:
+    last = tv.steps[-1].turn_event
+    a = _dict(last.metadata.get("assessment")) if last is not None else {}
+    if a.get("failed") is True:
+        return "failed"
+    if a.get("completed") is True:
+        return "completed"
+    return None
+
+
+def _flow_turn_json(tv: TurnView) -> dict[str, Any]:
+    return {
+        "agent": tv.agent,
+        "turn": tv.turn,
+        "status": _turn_status(tv),
+        "steps": [
+            {
+                "step": sv.step,
+                "step_id": sv.step_id,
+                "model": _step_model(sv),
+                "primitive_calls": [
+                    {"primitive": p, "summary": s, "ok": ok}
+                    for p, s, ok in (primitive_line(ev) for ev in sv.primitive_calls)
+                ],
+                "tool_calls": [
+                    {"name": n, "summary": s, "ok": ok}
+                    for n, s, ok in (_tool_outcome(ev) for ev in sv.tool_calls)
+                ],
+                "errors": [_event_detail(ev) for ev in sv.errors],
+                "unrecorded_calls": unrecorded_calls(sv),
+            }
+            for sv in tv.steps
+        ],
+    }

@@ -1,0 +1,181 @@
+"""`arcana trace upload`: send trace files to an Arcana Console server and follow their import."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .._render import one_line, safe_text
+from .command import Command, DataError, UsageError
+from .formatting import _dict, _list, _num
+
+# --------------------------------------------------------------------------------------------------
+# upload
+
+
+def _upload_files(paths: Sequence[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file() and (q.name.endswith(".jsonl") or q.name.endswith(".jsonl.gz"))
+            )
+            if not found:
+                raise DataError(f"{p}: no .jsonl or .jsonl.gz files in this directory")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise DataError(f"{p}: no such file or directory")
+    return files
+
+
+def _bar(done: int, total: int | None, width: int = 30) -> str:
+    if not total:
+        return "[" + "?" * 0 + " " * width + "]"
+    frac = min(1.0, done / total)
+    filled = int(round(frac * width))
+    return "[" + "#" * filled + "." * (width - filled) + f"] {frac:4.0%} {done}/{total} lines"
+
+
+def cmd_upload(c: Command) -> int:
+    import httpx  # only this command needs it
+
+    server = c.args.server or os.environ.get("ARCANA_SERVER")
+    key = c.args.api_key or os.environ.get("ARCANA_API_KEY")
+    if not server:
+        raise UsageError("--server URL (or ARCANA_SERVER) is required")
+    if not key:
+        raise UsageError("--api-key KEY (or ARCANA_API_KEY) is required")
+    files = _upload_files(c.args.paths)
+    base = server.rstrip("/")
+    headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
+    results: list[dict[str, Any]] = []
+    failed = False
+    with httpx.Client(timeout=c.args.timeout_http, headers=headers) as client:
+        for path in files:
+            res = _upload_one(c, client, base, path)
+            results.append(res)
+            if res["status"] != "done" or res.get("rejected") or res.get("line_errors"):
+                failed = True
+    if c.as_json:
+        c.out.raw_json(results)
+    else:
+        total = {k: sum(int(r.get(k) or 0) for r in results) for k in ("accepted", "duplicates", "rejected")}
+        c.out.line(
+            f"{len(results)} file(s): {total['accepted']} accepted, {total['duplicates']} duplicates, "
+            f"{total['rejected']} rejected" + (" — some lines or files failed" if failed else "")
+        )
+    return 1 if failed else 0
+
+
+def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any]:
+    import httpx
+
+    result: dict[str, Any] = {"file": str(path), "status": "failed", "upload_id": None}
+    try:
+        with path.open("rb") as fh:
+            resp = client.post(
+                f"{base}/api/v1/uploads", files={"file": (path.name, fh, "application/octet-stream")}
+            )
+    except (OSError, httpx.HTTPError) as exc:
+        result["error"] = f"could not send: {exc}"
+        _print_upload(c, result)
+        return result
+    if resp.status_code >= 400:
+        result["error"] = f"server answered {resp.status_code}: {_error_text(resp)}"
+        _print_upload(c, result)
+        return result
+    body = _json_body(resp)
+    upload_id = body.get("id", body.get("upload_id"))
+    result["upload_id"] = upload_id
+    if upload_id is None:
+        result["error"] = "server answered without an upload id"
+        _print_upload(c, result)
+        return result
+    url = f"{base}/api/v1/uploads/{upload_id}"
+    deadline = time.monotonic() + c.args.timeout
+    delay = 0.1
+    last_done = -1
+    tty = sys.stderr.isatty()
+    while True:
+        status = body.get("status")
+        done, total = int(body.get("lines_done") or 0), body.get("lines_total")
+        if not c.as_json and done != last_done:
+            bar = f"{path.name} {_bar(done, total if isinstance(total, int) else None)} {status or ''}"
+            if tty:
+                sys.stderr.write("\r" + safe_text(bar))
+                sys.stderr.flush()
+            else:
+                c.err.line(bar)
+            last_done = done
+        if status in ("done", "failed"):
+            break
+        if time.monotonic() > deadline:
+            body = {
+                **body,
+                "status": "failed",
+                "error": f"timed out after {c.args.timeout:g}s waiting for the server",
+            }
+            break
+        time.sleep(delay)
+        delay = min(1.0, delay * 1.5)
+        try:
+            resp = client.get(url)
+        except httpx.HTTPError as exc:
+            body = {**body, "status": "failed", "error": f"could not poll {url}: {exc}"}
+            break
+        if resp.status_code >= 400:
+            body = {
+                **body,
+                "status": "failed",
+                "error": f"server answered {resp.status_code}: {_error_text(resp)}",
+            }
+            break
+        body = _json_body(resp)
+    if tty and not c.as_json:
+        sys.stderr.write("\n")
+    for k in ("status", "lines_total", "lines_done", "accepted", "duplicates", "rejected", "runs", "error"):
+        if k in body:
+            result[k] = body[k]
+    result["line_errors"] = [
+        {"line": _dict(e).get("line"), "error": _dict(e).get("error", _dict(e).get("message"))}
+        for e in _list(body.get("line_errors"))
+    ]
+    _print_upload(c, result)
+    return result
+
+
+def _print_upload(c: Command, r: dict[str, Any]) -> None:
+    if c.as_json:
+        return
+    if r.get("status") == "done":
+        c.out.line(
+            f"{r['file']}: done — {r.get('accepted', 0)} accepted, {r.get('duplicates', 0)} duplicates, "
+            f"{r.get('rejected', 0)} rejected ({_num(r.get('lines_total'))} lines)"
+        )
+    else:
+        c.out.line(f"{r['file']}: FAILED — {r.get('error') or r.get('status')}")
+    for e in r.get("line_errors") or []:
+        c.out.line(f"  line {_num(e.get('line'))}: {e.get('error')}")
+
+
+def _json_body(resp: Any) -> dict[str, Any]:
+    try:
+        return _dict(resp.json())
+    except ValueError:
+        return {}
+
+
+def _error_text(resp: Any) -> str:
+    body = _json_body(resp)
+    text = body.get("error") or body.get("detail") or resp.text
+    return one_line(text if isinstance(text, str) else json.dumps(text), 200)
