@@ -151,6 +151,15 @@ class Run(models.Model):
         return self.status == self.Status.RUNNING
 
     @property
+    def conversation(self) -> Conversation | None:
+        """The conversation our workers ran as this run, if any (`traces/models_conversation.py`)."""
+        cached = self.__dict__.get("_conversation", False)
+        if cached is False:
+            cached = Conversation.objects.filter(project_id=self.project_id, run_id=self.run_id).first()
+            self.__dict__["_conversation"] = cached
+        return cached
+
+    @property
     def last_activity(self) -> datetime | None:
         """When the run last showed a sign of life: the older of its last event's timestamp (the
         producer's clock) and the last time ingestion stored a new event of it (`updated_at`, ours).
@@ -764,3 +773,7 @@ class Note(models.Model):
         if self.step_number is None:
             return f"{who}turn {self.turn_number}"
         return f"{who}turn {self.turn_number} step {self.step_number}"
+
+
+# The worker side's model lives in its own module; imported here so Django registers it with the app.
+from traces.models_conversation import Conversation  # noqa: E402
