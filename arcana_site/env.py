@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
+import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -73,63 +75,45 @@ def envlist(name: str, default: list[str], *, environ: Mapping[str, str] | None 
 
 @dataclass(frozen=True)
 class DatabaseURL:
-    """A parsed `DATABASE_URL`: `sqlite:///abs/path.db`, `sqlite:///relative.db` or
-    `postgres://user:pass@host:5432/name` (also `postgresql://`)."""
+    """A parsed `DATABASE_URL`: `sqlite:///relative.db`, `sqlite:////abs/path.db` or
+    `postgres://user:pass@host:5432/name?sslmode=require` (also `postgresql://`).
 
-    engine: str
-    name: str
-    user: str = ""
-    password: str = ""
-    host: str = ""
-    port: str = ""
+    Parsing is dj-database-url's, so query options reach the driver (`?sslmode=require`,
+    `?connect_timeout=5`, …); our SQLite defaults (a longer lock timeout, IMMEDIATE transactions) and
+    persistent PostgreSQL connections go on top.
+    """
 
-    def to_django(self) -> dict[str, object]:
-        if self.engine == "sqlite":
-            # A longer timeout: the web server and the worker share the file.
-            return {
-                "ENGINE": "django.db.backends.sqlite3",
-                "NAME": self.name,
-                "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
-            }
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": self.name,
-            "USER": self.user,
-            "PASSWORD": self.password,
-            "HOST": self.host,
-            "PORT": self.port,
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
+    engine: str  # "sqlite" or "postgres"
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config["NAME"])
+
+    def to_django(self) -> dict[str, Any]:
+        return dict(self.config)
 
 
 def parse_database_url(name: str, value: str) -> DatabaseURL:
-    parts = urlsplit(value)
-    if parts.scheme == "sqlite":
-        path = unquote(parts.path)
-        if parts.netloc or not path or path == "/":
+    scheme = value.split("://", 1)[0] if "://" in value else ""
+    if scheme not in ("sqlite", "postgres", "postgresql"):
+        raise ImproperlyConfigured(f"{name} must start with sqlite:// or postgres://, got {value!r}")
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(value, conn_max_age=60, conn_health_checks=True))
+    except (ValueError, dj_database_url.ParseError) as exc:
+        raise ImproperlyConfigured(f"{name} is not a valid database URL ({exc}): {value!r}") from None
+    if scheme == "sqlite":
+        if config["NAME"] in ("", ":memory:") or urlsplit(value).netloc:
             raise ImproperlyConfigured(f"{name} must look like sqlite:///path/to/db.sqlite3, got {value!r}")
-        # sqlite:///var/db.sqlite3 → "var/db.sqlite3" relative; sqlite:////abs → "/abs".
-        return DatabaseURL(engine="sqlite", name=path[1:])
-    if parts.scheme in ("postgres", "postgresql"):
-        db = unquote(parts.path.lstrip("/"))
-        if not db:
-            raise ImproperlyConfigured(
-                f"{name} must name a database, e.g. postgres://host/arcana, got {value!r}"
-            )
-        try:
-            port = str(parts.port or "")
-        except ValueError:
-            raise ImproperlyConfigured(f"{name} has an invalid port: {value!r}") from None
-        return DatabaseURL(
-            engine="postgres",
-            name=db,
-            user=unquote(parts.username or ""),
-            password=unquote(parts.password or ""),
-            host=parts.hostname or "",
-            port=port,
-        )
-    raise ImproperlyConfigured(f"{name} must start with sqlite:// or postgres://, got {value!r}")
+        # The web server and the worker share the file: wait for its lock instead of failing, and take
+        # the write lock at BEGIN so two writers never deadlock on an upgrade.
+        options = {"timeout": 20, "transaction_mode": "IMMEDIATE", **config.get("OPTIONS", {})}
+        config.update(OPTIONS=options, CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+        return DatabaseURL(engine="sqlite", config=config)
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"{name} must name a database, e.g. postgres://host/arcana, got {value!r}")
+    config["PORT"] = str(config.get("PORT") or "")
+    return DatabaseURL(engine="postgres", config=config)
 
 
 def envdatabase(name: str, default: str, *, environ: Mapping[str, str] | None = None) -> DatabaseURL:

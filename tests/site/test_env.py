@@ -60,6 +60,21 @@ def test_it_switches_database_by_url() -> None:
             envdatabase("DATABASE_URL", default="", environ={"DATABASE_URL": bad})
 
 
+def test_it_keeps_database_url_options() -> None:
+    pg = envdatabase(
+        "DATABASE_URL",
+        default="",
+        environ={"DATABASE_URL": "postgres://u@db.local/arcana?sslmode=require&connect_timeout=5"},
+    ).to_django()
+    assert pg["OPTIONS"] == {"sslmode": "require", "connect_timeout": 5}
+    sqlite = envdatabase(
+        "DATABASE_URL", default="sqlite:////tmp/x.sqlite3?timeout=60", environ={}
+    ).to_django()
+    assert sqlite["NAME"] == "/tmp/x.sqlite3"
+    # Our SQLite defaults stay underneath what the URL says.
+    assert sqlite["OPTIONS"] == {"timeout": 60, "transaction_mode": "IMMEDIATE"}
+
+
 def test_it_accepts_only_celery_broker_urls() -> None:
     assert envbroker("CELERY_BROKER_URL", default="filesystem://", environ={}) == "filesystem://"
     assert envbroker("CELERY_BROKER_URL", default="", environ={"CELERY_BROKER_URL": "redis://h:6379/0"})
