@@ -30,7 +30,7 @@ def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         answers.append(real(*args, **kwargs))
         return answers[-1]
 
-    monkeypatch.setattr(ingest, "do_project_turns", observed)
+    monkeypatch.setattr(ingest.writing, "do_project_turns", observed)  # where `do_ingest` looks it up
     return answers
 
 

@@ -1,0 +1,246 @@
+"""Bulk writes: PostgreSQL COPY of raw events and projection rows (`bulk_create` elsewhere)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, models
+
+from traces.models import (
+    ContextDecision,
+    Event,
+    Pin,
+    PrimitiveEvent,
+    Run,
+    Step,
+    Turn,
+)
+
+if TYPE_CHECKING:
+    from traces.ingest.projection import _Projection
+
+
+_RUN_FIELDS = (
+    "source agents model status started_at ended_at turns steps events prompt_tokens completion_tokens "
+    "tokens tool_calls errors primitives recall_count pin_count unpin_count peak_utilization incremental "
+    "updated_at"
+).split()
+
+
+def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
+    """Insert the turn, step, decision, primitive and pin rows of each (run, projection)."""
+    turns: list[dict[str, Any]] = []
+    for run, proj in items:
+        for t in proj.turns:
+            t["run_id"] = run.pk
+            turns.append(t)
+    n_steps = sum(len(proj.steps) for _, proj in items)
+    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the COPYs.
+    ids = _allocate_ids([(Turn, len(turns)), (Step, n_steps)]) if connection.vendor == "postgresql" else None
+    turn_ids = fast_insert(Turn, turns, need_ids=True, ids=ids[0] if ids else None)
+    steps: list[dict[str, Any]] = []
+    base = 0
+    for run, proj in items:
+        for t_index, step in proj.steps:
+            step["run_id"] = run.pk
+            step["turn_id"] = turn_ids[base + t_index]
+            steps.append(step)
+        base += len(proj.turns)
+    step_ids = fast_insert(Step, steps, need_ids=True, ids=ids[1] if ids else None)
+    decisions: list[dict[str, Any]] = []
+    primitives: list[dict[str, Any]] = []
+    pins: list[dict[str, Any]] = []
+    base = 0
+    for run, proj in items:
+        for s_index, decision in proj.decisions:
+            decision["run_id"] = run.pk
+            decision["step_id"] = step_ids[base + s_index]
+            decisions.append(decision)
+        for s_index_or_none, prim in proj.primitives:
+            prim["run_id"] = run.pk
+            prim["step_id"] = step_ids[base + s_index_or_none] if s_index_or_none is not None else None
+            primitives.append(prim)
+        for pin in proj.pins:
+            pin["run_id"] = run.pk
+            pins.append(pin)
+        base += len(proj.steps)
+    fast_insert(ContextDecision, decisions)
+    fast_insert(PrimitiveEvent, primitives)
+    fast_insert(Pin, pins)
+
+
+def _update_runs(runs: list[Run]) -> None:
+    """Write the projected counters of `runs` (one UPDATE per run, sent as one executemany)."""
+    if not runs:
+        return
+    fields = [Run._meta.get_field(name) for name in _RUN_FIELDS]
+    sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
+    sql = f"UPDATE {connection.ops.quote_name(Run._meta.db_table)} SET {sets} WHERE id = %s"
+    params = [
+        [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields] + [run.pk] for run in runs
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+@functools.cache
+def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[bool, ...]]:
+    """(attnames, columns, is_json) of a model's non-primary-key concrete fields."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    return (
+        tuple(f.attname for f in fields),
+        tuple(f.column for f in fields),
+        tuple(isinstance(f, models.JSONField) for f in fields),
+    )
+
+
+def _allocate_ids(wanted: list[tuple[type[models.Model], int]]) -> list[list[int]]:
+    """PostgreSQL: `n` new primary keys from each model's sequence, all in one query."""
+    cols = [
+        "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))" for _ in wanted
+    ]
+    params: list[Any] = []
+    for model, n in wanted:
+        params += [model._meta.db_table, model._meta.pk.column, n]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(cols), params)
+        row = cursor.fetchone()
+    return [list(ids) for ids in row]
+
+
+def fast_insert(
+    model: type[models.Model],
+    rows: list[dict[str, Any]],
+    *,
+    need_ids: bool = False,
+    ids: list[int] | None = None,
+) -> list[int]:
+    """Insert row dicts (every non-pk attname of `model`) in bulk: PostgreSQL COPY, elsewhere
+    `bulk_create`. With `need_ids`, returns the new primary keys in row order (on PostgreSQL taken
+    from the table's sequence in one query, before the COPY, unless `ids` gives them already, from
+    `_allocate_ids`); otherwise returns [].
+
+    Why COPY of plain tuples: Django's bulk_create on PostgreSQL sends every column as an array
+    parameter, and psycopg's Python-level array quoting of large JSON text took most of the ingest
+    time; building a model instance per row cost as much again (measured with bench/ingest.py).
+    Model defaults and `save()` are bypassed: callers give complete rows.
+    """
+    if not rows:
+        return []
+    attnames, columns, json_cols = _columns(model)
+    if connection.vendor != "postgresql":
+        objs = [model(**row) for row in rows]
+        model.objects.bulk_create(objs, batch_size=500)
+        return [obj.pk for obj in objs] if need_ids else []
+    meta = model._meta
+    with connection.cursor() as cursor:
+        if need_ids:
+            if ids is None:
+                ids = _allocate_ids([(model, len(rows))])[0]
+            columns = (meta.pk.column, *columns)
+        column_sql = ", ".join(connection.ops.quote_name(c) for c in columns)
+        json_names = [a for a, j in zip(attnames, json_cols, strict=True) if j]
+        with cursor.cursor.copy(
+            f"COPY {connection.ops.quote_name(meta.db_table)} ({column_sql}) FROM STDIN"
+        ) as cp:
+            lines: list[str] = []
+            for i, row in enumerate(rows):
+                for name in json_names:
+                    row[name] = _json_text(row[name])
+                values = [row[a] for a in attnames]
+                if need_ids:
+                    values.insert(0, ids[i])
+                lines.append(_copy_line(values))
+            cp.write("".join(lines))
+    return ids if need_ids and ids is not None else []
+
+
+_EVENT_COLUMNS = (
+    "project_id",
+    "run_id",
+    "step_id",
+    "parent_step_id",
+    "event_type",
+    "agent",
+    "timestamp",
+    "raw",
+    "received_at",
+    "turn",
+)
+
+
+def _insert_events(rows: list[tuple[Any, ...]]) -> None:
+    """Write raw event rows (tuples in `_EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        Event.objects.bulk_create(
+            [Event(**dict(zip(_EVENT_COLUMNS, r, strict=True))) for r in rows], batch_size=500
+        )
+        return
+    columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
+    with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
+        cp.write(_event_copy_text(rows))
+
+
+def _event_copy_text(rows: list[tuple[Any, ...]]) -> str:
+    """`_copy_line` of every raw event row, with the column types known (the same text, about half
+    the time: no per-cell dispatch, and `received_at` is the same for the whole batch)."""
+    esc, null = _copy_text, "\\N"
+    received: dict[datetime, str] = {}
+    out: list[str] = []
+    for project_id, rid, sid, parent, kind, agent, ts, raw, recv, turn in rows:
+        r = received.get(recv)
+        if r is None:
+            r = received[recv] = recv.isoformat()
+        out.append(
+            f"{project_id}\t{esc(rid)}\t{esc(sid)}\t{null if parent is None else esc(parent)}\t{esc(kind)}\t"
+            f"{esc(agent)}\t{ts.isoformat()}\t{esc(raw)}\t{r}\t{null if turn is None else turn}\n"
+        )
+    return "".join(out)
+
+
+def _copy_text(v: str) -> str:
+    if "\\" in v or "\n" in v or "\r" in v or "\t" in v:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return v
+
+
+def _copy_cell(v: Any) -> str:
+    """One value in COPY's text format. Why not psycopg's `write_row`: it cost ~11 µs a row in Python,
+    the largest single item of a batch's write (bench/ingest.py); this is a few µs."""
+    cls = v.__class__
+    if cls is str:
+        if "\\" in v or "\n" in v or "\r" in v or "\t" in v:
+            return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        return v
+    if v is None:
+        return "\\N"
+    if cls is int:
+        return str(v)
+    if cls is bool:
+        return "t" if v else "f"
+    if cls is datetime:
+        return v.isoformat()
+    if cls is float:
+        if v != v:
+            return "NaN"
+        if v in (float("inf"), float("-inf")):
+            return "Infinity" if v > 0 else "-Infinity"
+        return repr(v)
+    return _copy_cell(str(v))
+
+
+def _copy_line(values: Iterable[Any]) -> str:
+    return "\t".join([_copy_cell(v) for v in values]) + "\n"
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else _dumps(value)
+
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

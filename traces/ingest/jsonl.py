@@ -1,0 +1,195 @@
+"""JSONL files (uploads and `import_traces`): read line by line, ingested in chunks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from django.conf import settings
+
+from runtime._trace import decode_jsonl_line
+from traces.ingest.validation import Source
+from traces.ingest.writing import ingest_events
+from traces.models import (
+    Project,
+)
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    error: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "error": self.error}
+
+
+@dataclass
+class JsonlResult:
+    """Totals of one file. `line_errors` are capped at `MAX_LINE_ERRORS` (the counts are not)."""
+
+    lines: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    line_errors: list[LineError] = field(default_factory=list)
+    runs: set[str] = field(default_factory=set)
+
+    def add_error(self, line: int, error: str) -> None:
+        self.rejected += 1
+        if len(self.line_errors) < MAX_LINE_ERRORS:
+            self.line_errors.append(LineError(line, error))
+
+
+MAX_LINE_ERRORS = 1000
+
+
+def max_line_bytes() -> int:
+    """The longest JSONL line accepted: one event may not exceed the API batch limit."""
+    return int(settings.ARCANA_MAX_INGEST_BYTES)
+
+
+def open_jsonl(fh: IO[bytes], *, name: str = "") -> IO[bytes]:
+    """Wrap `fh` in a gzip reader when the file is gzip (by magic bytes, whatever its name)."""
+    head = fh.read(2)
+    fh.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    return fh
+
+
+def iter_jsonl(
+    fh: IO[bytes], *, limit: int | None = None
+) -> Iterator[tuple[int, Any, str | None, str | None]]:
+    """Yield `(line, value, raw_text, error)` for every non-blank line of a JSONL stream.
+
+    `line` is 1-based. On a good line `value` is the decoded JSON and `error` None; on a bad one
+    `value` is None and `error` says why. A UTF-8 BOM on line 1 and CRLF endings are accepted. A line
+    longer than `limit` bytes is skipped without being held in memory. A stream that cannot be read
+    further (a truncated gzip) yields one error at the line where reading stopped, then ends.
+    """
+    limit = limit or max_line_bytes()
+    number = 0
+    while True:
+        try:
+            raw = fh.readline(limit + 1)
+        except (EOFError, OSError, zlib.error) as exc:
+            yield number + 1, None, None, f"cannot read further: {_read_error(exc)}"
+            return
+        if not raw:
+            return
+        number += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            # Skip the rest of an oversized line in bounded reads.
+            try:
+                while True:
+                    more = fh.readline(1 << 20)
+                    if not more or more.endswith(b"\n"):
+                        break
+            except (EOFError, OSError, zlib.error) as exc:
+                yield number, None, None, f"line is longer than the {limit:,}-byte limit for one event"
+                yield number + 1, None, None, f"cannot read further: {_read_error(exc)}"
+                return
+            yield number, None, None, f"line is longer than the {limit:,}-byte limit for one event"
+            continue
+        text, error = decode_jsonl_line(number, raw)
+        if error is not None:
+            yield number, None, None, error
+        if text is None:
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield number, None, None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+            continue
+        yield number, value, text, None
+
+
+def _read_error(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "the compressed file ended before its end-of-stream marker (truncated gzip)"
+    return str(exc) or type(exc).__name__
+
+
+def count_lines(fh: IO[bytes]) -> int:
+    """The number of lines in a (possibly gzip) stream, reading what can be read."""
+    n = 0
+    last = b"\n"
+    try:
+        while chunk := fh.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    except (EOFError, OSError, zlib.error):
+        pass
+    return n + (0 if last == b"\n" else 1)
+
+
+def ingest_jsonl(
+    project: Project,
+    fh: IO[bytes],
+    *,
+    source: Source,
+    chunk_lines: int = 500,
+    skip_lines: int = 0,
+    on_chunk: Callable[[int, JsonlResult], bool | None] | None = None,
+) -> JsonlResult:
+    """Ingest a JSONL stream in chunks of `chunk_lines` lines, one `ingest_events` call per chunk.
+
+    A bad line is a line error and never costs the good lines around it. `skip_lines` resumes after
+    a cursor (lines before it are not re-read into the database). `on_chunk(last_line, totals)` runs
+    after each chunk is committed; returning True stops early (the caller re-queues with a cursor)."""
+    total = JsonlResult()
+    buf: list[Any] = []
+    texts: list[str | None] = []
+    lines: list[int] = []
+    last_line = 0
+    since_flush = 0
+
+    def flush() -> bool:
+        if buf:
+            res = ingest_events(project, buf, source=source, raw_texts=texts)
+            total.accepted += res.accepted
+            total.duplicates += res.duplicates
+            total.runs.update(res.runs)
+            for r in res.results:
+                if r.status == "rejected":
+                    total.add_error(lines[r.index], r.error or "rejected")
+            buf.clear()
+            texts.clear()
+            lines.clear()
+        total.lines = last_line
+        return bool(on_chunk(last_line, total)) if on_chunk is not None else False
+
+    for number, value, text, error in iter_jsonl(fh):
+        last_line = max(last_line, number)
+        if number <= skip_lines:
+            continue
+        if error is not None:
+            total.add_error(number, error)
+        else:
+            buf.append(value)
+            texts.append(text)
+            lines.append(number)
+        since_flush += 1
+        # Flush on lines read, not only on good lines, so progress moves through a run of bad lines.
+        if since_flush >= chunk_lines:
+            since_flush = 0
+            if flush():
+                return total
+    flush()
+    return total
+
+
+def iter_chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -1,0 +1,256 @@
+"""`do_*`: the writes of a batch (raw events first, then projections) and `ingest_events`, the entry point.
+
+Assumes valid input (`traces.ingest.validation`). See the package docstring for the contract."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+from runtime._trace import TraceEvent
+from traces.ingest.bulk import _insert_events, _insert_projections, _update_runs
+from traces.ingest.incremental import do_project_turns
+from traces.ingest.projection import local_turn, project_run
+from traces.ingest.validation import CheckedEvent, EventResult, IngestResult, Source, Status, check_events
+from traces.models import (
+    ContextDecision,
+    Event,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+)
+
+log = logging.getLogger(__name__)
+
+
+def ingest_events(
+    project: Project,
+    events: list[Any],
+    *,
+    source: Source,
+    raw_texts: list[str | None] | None = None,
+) -> IngestResult:
+    """Validate and store a batch of events for `project`; see the module docstring for the contract.
+
+    `raw_texts[i]`, when given, is the exact JSON text of `events[i]` (JSONL callers pass the line, so
+    the stored raw event is byte-for-byte what the producer wrote). Results are in input order.
+    """
+    checked, rejected = check_events(events, raw_texts=raw_texts)
+    statuses = do_ingest(project, checked) if checked else {}
+    result = IngestResult()
+    by_index = {r.index: r for r in rejected}
+    for c in checked:
+        by_index[c.index] = EventResult(c.index, statuses[c.index])
+    result.results = [by_index[i] for i in range(len(events))]
+    for r in result.results:
+        if r.status == "accepted":
+            result.accepted += 1
+        elif r.status == "duplicate":
+            result.duplicates += 1
+        else:
+            result.rejected += 1
+    result.runs = sorted({c.event.run_id for c in checked})
+    log.debug("ingest via %s: %s accepted, %s duplicates", source, result.accepted, result.duplicates)
+    return result
+
+
+def _lock_runs(project: Project, run_ids: list[str]) -> dict[str, Run]:
+    """Create the runs that do not exist and lock them all. Must run inside a transaction.
+
+    Why: two writers streaming the same run would otherwise both read "no events yet" and write
+    projections over each other. Creating with ON CONFLICT DO NOTHING then locking with FOR UPDATE
+    serialises them per run; sorting the ids gives every writer the same lock order (no deadlock).
+    """
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        return _upsert_runs(project, run_ids, now)
+    Run.objects.bulk_create(
+        [Run(project=project, run_id=rid, created_at=now, updated_at=now) for rid in run_ids],
+        ignore_conflicts=True,
+    )
+    locked = Run.objects.select_for_update().filter(project=project, run_id__in=run_ids).order_by("run_id")
+    return {run.run_id: run for run in locked}
+
+
+def _upsert_runs(project: Project, run_ids: list[str], now: datetime) -> dict[str, Run]:
+    """PostgreSQL: create and lock the runs in one statement. `ON CONFLICT DO UPDATE` (a no-op update)
+    takes the row lock of an existing run as `SELECT … FOR UPDATE` would, and `RETURNING` gives the
+    rows; the input is sorted so every writer locks in the same order (no deadlock)."""
+    fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
+    qn = connection.ops.quote_name
+    template = Run(project=project, run_id="", created_at=now, updated_at=now)
+    values = [f.get_db_prep_save(getattr(template, f.attname), connection) for f in fields]
+    at = [f.attname for f in fields].index("run_id")
+    row_sql = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params: list[Any] = []
+    for rid in sorted(run_ids):
+        values[at] = rid
+        params.extend(values)
+    names = ["id", *(f.column for f in fields)]
+    sql = (
+        f"INSERT INTO {qn(Run._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+        f"VALUES {', '.join([row_sql] * len(run_ids))} "
+        f"ON CONFLICT ({qn('project_id')}, {qn('run_id')}) DO UPDATE SET {qn('run_id')} = EXCLUDED.{qn('run_id')} "
+        f"RETURNING {', '.join(qn(c) for c in names)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    attnames = ["id", *(f.attname for f in fields)]
+    runs = [Run.from_db(connection.alias, attnames, _from_db_row(row)) for row in rows]
+    return {run.run_id: run for run in runs}
+
+
+@functools.cache
+def _run_converters() -> tuple[Callable[[Any], Any], ...]:
+    """Per column of `Run` (id first), the conversion Django applies to a raw value (jsonb text → list)."""
+    fields = [f for f in Run._meta.concrete_fields if not f.primary_key]
+    out: list[Callable[[Any], Any]] = [lambda v: v]
+    for f in fields:
+        if isinstance(f, models.JSONField):
+            out.append(lambda v: json.loads(v) if isinstance(v, str) else v)
+        else:
+            out.append(lambda v: v)
+    return tuple(out)
+
+
+def _from_db_row(row: tuple[Any, ...]) -> list[Any]:
+    return [conv(v) for conv, v in zip(_run_converters(), row, strict=True)]
+
+
+def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status]:
+    """Write valid events (raw first), then recompute the projections of the runs that gained events.
+
+    One transaction; returns `accepted` / `duplicate` per input index."""
+    statuses: dict[int, Status] = {}
+    by_run: dict[str, dict[str, CheckedEvent]] = {}
+    for c in checked:
+        run_events = by_run.setdefault(c.event.run_id, {})
+        if c.event.step_id in run_events:
+            statuses[c.index] = "duplicate"  # repeated inside this batch: the first one wins
+        else:
+            run_events[c.event.step_id] = c
+    run_ids = sorted(by_run)
+    with transaction.atomic():
+        runs = _lock_runs(project, run_ids)
+        # Runs with stored events may already hold some of these; new runs cannot (we hold their lock).
+        existing: set[tuple[str, str]] = set()
+        seen_runs = [rid for rid in run_ids if runs[rid].events > 0]
+        if seen_runs:
+            step_ids = [sid for rid in seen_runs for sid in by_run[rid]]
+            existing = set(
+                Event.objects.filter(project=project, run_id__in=seen_runs, step_id__in=step_ids).values_list(
+                    "run_id", "step_id"
+                )
+            )
+        now = timezone.now()
+        # Raw rows as plain tuples (not model instances): this is the hottest loop of ingestion.
+        new_rows: list[tuple[Any, ...]] = []
+        fresh: dict[str, list[TraceEvent]] = {}
+        for rid in run_ids:
+            for sid, c in by_run[rid].items():
+                if (rid, sid) in existing:
+                    statuses[c.index] = "duplicate"
+                    continue
+                statuses[c.index] = "accepted"
+                ev = c.event
+                new_rows.append(
+                    (project.pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
+                     ev.timestamp_dt, c.raw, now, local_turn(ev))
+                )  # fmt: skip
+                fresh.setdefault(rid, []).append(ev)
+        _insert_events(new_rows)
+        changed = [runs[rid] for rid in run_ids if rid in fresh]
+        # New runs: every event is in memory. Incremental runs: only the touched turns. Others: all.
+        full = [run for run in changed if run.events == 0]
+        reload: list[Run] = []
+        for run in changed:
+            if run.events == 0:
+                continue
+            if not (run.incremental and _batch_is_local(fresh[run.run_id])):
+                reload.append(run)
+            elif not do_project_turns(project, run, fresh[run.run_id]):
+                reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
+        events_of: dict[int, list[TraceEvent]] = {run.pk: fresh[run.run_id] for run in full}
+        events_of.update(_load_events(project, reload))
+        do_write_projections(full + reload, events_of, replace=[run.pk for run in reload])
+    return statuses
+
+
+def _batch_is_local(events: list[TraceEvent]) -> bool:
+    return all(local_turn(ev) is not None and ev.stop_reason != "error" for ev in events)
+
+
+def _load_events(project: Project, runs: list[Run]) -> dict[int, list[TraceEvent]]:
+    """Every stored event of these runs, parsed (they were validated when stored)."""
+    if not runs:
+        return {}
+    pk_of = {run.run_id: run.pk for run in runs}
+    out: dict[int, list[TraceEvent]] = {run.pk: [] for run in runs}
+    rows = Event.objects.filter(project=project, run_id__in=list(pk_of)).values_list(
+        "pk", "run_id", "raw", "turn"
+    )
+    stale: list[tuple[int | None, int]] = []
+    for pk, rid, raw, turn in rows.iterator(chunk_size=2000):
+        ev = TraceEvent.from_dict(json.loads(raw))
+        out[pk_of[rid]].append(ev)
+        if turn != local_turn(ev):
+            stale.append((local_turn(ev), pk))
+    if stale:
+        # Rows stored before `Event.turn` existed: fill it in, so the run can go turn by turn from now on.
+        with connection.cursor() as cursor:
+            cursor.executemany("UPDATE traces_event SET turn = %s WHERE id = %s", stale)
+    return out
+
+
+def do_rebuild_projections(*, project: Project | None = None, run_id: str | None = None) -> int:
+    """Recompute projections of every run (of `project`, or the one `run_id`) from raw events.
+
+    Gives the same rows as ingestion did. One transaction per run, with the run locked. Returns the
+    number of runs rebuilt."""
+    qs = Run.objects.all()
+    if project is not None:
+        qs = qs.filter(project=project)
+    if run_id is not None:
+        qs = qs.filter(run_id=run_id)
+    count = 0
+    for pk in qs.order_by("pk").values_list("pk", flat=True):
+        with transaction.atomic():
+            run = Run.objects.select_for_update().select_related("project").get(pk=pk)
+            events = _load_events(run.project, [run])
+            do_write_projections([run], events, replace=[run.pk])
+        count += 1
+    return count
+
+
+def do_write_projections(
+    runs: list[Run], events_of: dict[int, list[TraceEvent]], *, replace: list[int]
+) -> None:
+    """Replace the projection rows of `runs` with ones computed from `events_of[run.pk]`.
+
+    Must run inside a transaction holding the runs' row locks. `replace` names the runs that may have
+    projection rows already (they are deleted first); the others are known to have none."""
+    if replace:
+        # Children first; `_raw_delete` is one DELETE per table with no collector round trips, which is
+        # safe because nothing else points at these rows and they have no signals.
+        for model in (ContextDecision, PrimitiveEvent, Pin, Step, Turn):
+            qs = model.objects.filter(run_id__in=replace)
+            qs._raw_delete(qs.db)
+    projections = [project_run(events_of[run.pk]) for run in runs]
+    now = timezone.now()
+    for run, proj in zip(runs, projections, strict=True):
+        for key, value in proj.run_fields.items():
+            setattr(run, key, value)
+        run.updated_at = now
+    _update_runs(runs)
+    _insert_projections(list(zip(runs, projections, strict=True)))
