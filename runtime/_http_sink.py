@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from ._providers import parse_retry_after
+from ._retry import parse_retry_after, retry_delay
 from ._trace import TraceEvent
 from .errors import ConfigError
 
@@ -309,18 +309,16 @@ class HttpBatchSink:
                     return
                 retry_after = parse_retry_after(response.headers.get("retry-after"), cap=self.max_retry_after)
             if attempt + 1 < attempts:
-                time.sleep(self._retry_delay(attempt, retry_after))
+                time.sleep(
+                    retry_delay(
+                        attempt, retry_after, base=self.backoff_base, cap=self.backoff_max, rng=self._rng
+                    )
+                )
         self._server_down = True
         logger.warning(
             "ingest unreachable after %d attempt(s) (%s); spilling %d events", attempts, detail, len(events)
         )
         self._spill(events)
-
-    def _retry_delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return retry_after + self._rng.uniform(0.0, 0.05)
-        base = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return base + self._rng.uniform(0.0, base * 0.1)
 
     def _record_delivery(self, events: list[tuple[str, bytes]], response: httpx.Response) -> None:
         rejected: list[tuple[int, str]] = []

@@ -1,34 +1,22 @@
-"""Model providers: an OpenAI-compatible HTTP client and a scripted offline model.
-
-    >>> import asyncio
-    >>> p = ScriptedProvider(["Hello!", {"content": None, "tool_calls": [{"name": "pin", "arguments": {"content": "x"}}]}])
-    >>> asyncio.run(p.complete([{"role": "user", "content": "hi"}])).content
-    'Hello!'
-
-Both satisfy the `Provider` protocol of `runtime._provider_types`, so the session loop cannot tell
-them apart. `resolve_providers()` turns the `providers=` argument of `Runtime` into instances.
-"""
+"""The OpenAI-compatible HTTP provider: JSON and SSE chat completions over httpx, retried with the
+shared backoff of `runtime._retry`."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import hashlib
 import json
 import logging
-import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
-from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
-from .errors import (
+from .._provider_types import ProviderResponse, ToolCall, Usage
+from .._retry import parse_retry_after, retry_delay
+from ..errors import (
     ConfigError,
     ProviderConnectionError,
     ProviderError,
@@ -36,270 +24,9 @@ from .errors import (
     ProviderResponseError,
     ProviderTimeout,
 )
+from .scripted import _content_text
 
 logger = logging.getLogger("runtime.providers")
-
-__all__ = [
-    "PRESETS",
-    "OpenAICompatibleProvider",
-    "ProviderPreset",
-    "ProviderTimeouts",
-    "ScriptedProvider",
-    "resolve_providers",
-]
-
-
-# --------------------------------------------------------------------------------------------------
-# Scripted provider
-# --------------------------------------------------------------------------------------------------
-
-#: The text a `ScriptedProvider` answers once its script has no usable step left.
-DEFAULT_CLOSING_TEXT = "(script finished)"
-
-_STEP_KEYS = frozenset({"content", "tool_calls", "when"})
-
-
-@dataclass(frozen=True)
-class _ScriptStep:
-    content: str | None
-    # (name, raw JSON arguments) pairs; ids are minted when the step is used.
-    tool_calls: tuple[tuple[str, str], ...]
-    when: str | None
-
-    def to_json_safe(self) -> dict[str, Any]:
-        return {
-            "content": self.content,
-            "tool_calls": [list(tc) for tc in self.tool_calls],
-            "when": self.when,
-        }
-
-
-class ScriptedProvider:
-    """A deterministic offline model that answers from a script. For demos and tests.
-
-        >>> p = ScriptedProvider([
-        ...     {"content": None, "tool_calls": [{"name": "pin", "arguments": {"content": "Ada"}}],
-        ...      "when": "remember"},
-        ...     "Noted.",
-        ... ])
-
-    A step is either a string (the assistant's text) or a dict
-    `{"content": str | None, "tool_calls": [{"name": str, "arguments": dict | str}], "when": str | None}`
-    (a string `arguments` is sent as-is, so a test can feed invalid JSON). A step needs content or at
-    least one tool call.
-
-    **Which step answers a call.** On every `complete()` call the provider takes the *first step in
-    script order that has not been used yet and whose `when` is None or is a substring
-    (case-sensitive) of the last `user` message's text*; that step is then marked used and never
-    answers again. Unused steps whose `when` does not match stay available for later calls, so a
-    conditional step may be skipped now and used later. When no step qualifies (all used, or every
-    remaining one has a non-matching `when`) the answer is `closing_text`, with no tool calls. The
-    "last user message" is the last message with `role == "user"` in the request (text parts of a
-    list content are joined with newlines); with none, only steps without `when` qualify.
-
-    Tool-call ids are `call_1`, `call_2`, … counted over the provider's whole life (the counter is
-    part of `export_state()`). `finish_reason` is `"tool_calls"` when the step has tool calls, else
-    `"stop"`.
-
-    **Usage is approximate but deterministic**: whitespace-separated words, not tokenizer tokens.
-    `prompt_tokens` counts the words of every message's text content plus the name and arguments of
-    each tool call in the request; `completion_tokens` counts the words of the answer's content plus
-    its tool-call names and arguments.
-
-    Every request is recorded in `self.requests` as `{"messages", "tools", "model"}` (deep copies), so
-    tests and demos can see what the model saw. The cursor (which steps were used, the tool-call
-    counter) is saved by `export_state()` and put back by `restore_state()`.
-    """
-
-    def __init__(
-        self,
-        steps: Sequence[str | Mapping[str, Any]],
-        *,
-        name: str = "scripted",
-        model: str = "scripted-1",
-        closing_text: str = DEFAULT_CLOSING_TEXT,
-    ) -> None:
-        if isinstance(steps, str | bytes) or not isinstance(steps, Sequence):
-            raise ConfigError("ScriptedProvider steps must be a list of strings or step dicts")
-        self.name = name
-        self.model = model
-        self.closing_text = closing_text
-        self.steps: tuple[_ScriptStep, ...] = tuple(_parse_step(i, s) for i, s in enumerate(steps))
-        self.requests: list[dict[str, Any]] = []
-        self._used: list[bool] = [False] * len(self.steps)
-        self._next_call_id = 1
-
-    def __repr__(self) -> str:
-        return f"ScriptedProvider(name={self.name!r}, model={self.model!r}, steps={len(self.steps)}, remaining={self.remaining})"
-
-    @property
-    def remaining(self) -> int:
-        """How many steps have not answered yet."""
-        return self._used.count(False)
-
-    @property
-    def exhausted(self) -> bool:
-        """True once every step has answered."""
-        return self.remaining == 0
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        model: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> ProviderResponse:
-        """Answer with the next qualifying step (see the class docstring for the rule)."""
-        started = time.perf_counter()
-        used_model = model or self.model
-        self.requests.append(
-            {"messages": copy.deepcopy(list(messages)), "tools": copy.deepcopy(tools), "model": used_model}
-        )
-        last_user = _last_user_text(messages)
-        step = self._take_step(last_user)
-        if step is None:
-            content: str | None = self.closing_text
-            calls: tuple[ToolCall, ...] = ()
-        else:
-            content = step.content
-            calls = tuple(self._mint_call(name, args) for name, args in step.tool_calls)
-        prompt_words = sum(_message_words(m) for m in messages)
-        completion_words = _count_words(content) + sum(
-            _count_words(c.name) + _count_words(c.arguments) for c in calls
-        )
-        return ProviderResponse(
-            content=content,
-            tool_calls=calls,
-            usage=Usage(prompt_words, completion_words, prompt_words + completion_words),
-            finish_reason="tool_calls" if calls else "stop",
-            model=used_model,
-            latency_ms=int((time.perf_counter() - started) * 1000),
-            extra={"script_step": None if step is None else self.steps.index(step)},
-        )
-
-    async def aclose(self) -> None:
-        """Nothing to release; present for the `Provider` protocol."""
-
-    def export_state(self) -> dict[str, Any]:
-        """The cursor as a JSON-safe dict: used step indices, the next tool-call number, and a digest
-        of the script so `restore_state()` can refuse a state taken from a different script."""
-        return {
-            "used": [i for i, u in enumerate(self._used) if u],
-            "next_call_id": self._next_call_id,
-            "script_digest": self.script_digest,
-        }
-
-    def restore_state(self, state: Mapping[str, Any]) -> None:
-        """Put back a cursor from `export_state()`. Raises `ConfigError` if it does not fit this script."""
-        try:
-            used = [int(i) for i in state["used"]]
-            next_call_id = int(state["next_call_id"])
-        except (KeyError, TypeError, ValueError):
-            raise ConfigError(
-                "ScriptedProvider state must have 'used' (list of ints) and 'next_call_id'"
-            ) from None
-        digest = state.get("script_digest")
-        if digest is not None and digest != self.script_digest:
-            raise ConfigError("ScriptedProvider state was exported from a different script")
-        if any(i < 0 or i >= len(self.steps) for i in used) or next_call_id < 1:
-            raise ConfigError("ScriptedProvider state does not fit this script")
-        self._used = [i in set(used) for i in range(len(self.steps))]
-        self._next_call_id = next_call_id
-
-    @property
-    def script_digest(self) -> str:
-        """A short SHA-256 of the normalized script (steps and closing text)."""
-        blob = json.dumps(
-            {"steps": [s.to_json_safe() for s in self.steps], "closing_text": self.closing_text},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    def _take_step(self, last_user: str | None) -> _ScriptStep | None:
-        for i, step in enumerate(self.steps):
-            if self._used[i]:
-                continue
-            if step.when is None or (last_user is not None and step.when in last_user):
-                self._used[i] = True
-                return step
-        return None
-
-    def _mint_call(self, name: str, arguments: str) -> ToolCall:
-        call = ToolCall(id=f"call_{self._next_call_id}", name=name, arguments=arguments)
-        self._next_call_id += 1
-        return call
-
-
-def _parse_step(index: int, step: Any) -> _ScriptStep:
-    where = f"ScriptedProvider step {index}"
-    if isinstance(step, str):
-        return _ScriptStep(content=step, tool_calls=(), when=None)
-    if not isinstance(step, Mapping):
-        raise ConfigError(f"{where}: must be a string or a dict, got {type(step).__name__}")
-    unknown = set(step) - _STEP_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (allowed: content, tool_calls, when)")
-    content = step.get("content")
-    if content is not None and not isinstance(content, str):
-        raise ConfigError(f"{where}: 'content' must be a string or None")
-    when = step.get("when")
-    if when is not None and (not isinstance(when, str) or not when):
-        raise ConfigError(f"{where}: 'when' must be a non-empty string or None")
-    raw_calls = step.get("tool_calls") or []
-    if not isinstance(raw_calls, Sequence) or isinstance(raw_calls, str):
-        raise ConfigError(f"{where}: 'tool_calls' must be a list")
-    calls: list[tuple[str, str]] = []
-    for j, call in enumerate(raw_calls):
-        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str) or not call["name"]:
-            raise ConfigError(f"{where}: tool call {j} needs a non-empty 'name'")
-        args = call.get("arguments", {})
-        if isinstance(args, str):
-            raw_args = args
-        else:
-            try:
-                raw_args = json.dumps(args, ensure_ascii=False)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{where}: tool call {j} arguments are not JSON-serializable") from None
-        calls.append((call["name"], raw_args))
-    if content is None and not calls:
-        raise ConfigError(f"{where}: needs 'content' or at least one tool call")
-    return _ScriptStep(content=content, tool_calls=tuple(calls), when=when)
-
-
-def _content_text(content: Any) -> str:
-    """The text of a message content: a string, or the text parts of a list of content parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-        ]
-        return "\n".join(parts)
-    return ""
-
-
-def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return _content_text(message.get("content"))
-    return None
-
-
-def _count_words(text: str | None) -> int:
-    return len(text.split()) if text else 0
-
-
-def _message_words(message: Mapping[str, Any]) -> int:
-    words = _count_words(_content_text(message.get("content")))
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
-        words += _count_words(fn.get("name")) + _count_words(fn.get("arguments"))
-    return words
-
-
 # --------------------------------------------------------------------------------------------------
 # OpenAI-compatible HTTP provider
 # --------------------------------------------------------------------------------------------------
@@ -518,7 +245,9 @@ class OpenAICompatibleProvider:
                     error = failure.error
                     error.args = (f"{error.args[0]} (after {attempts} attempt{'s' if attempts > 1 else ''})",)
                     raise error from error.__cause__
-                delay = self._retry_delay(attempt, failure.retry_after)
+                delay = retry_delay(
+                    attempt, failure.retry_after, base=self.backoff_base, cap=self.backoff_max, rng=self._rng
+                )
                 logger.warning(
                     "provider %s: attempt %d/%d failed (%s); retrying in %.2fs",
                     self.name,
@@ -561,13 +290,6 @@ class OpenAICompatibleProvider:
             self._client = httpx.AsyncClient(timeout=self._httpx_timeout)
             self._client_loop = loop
         return self._client
-
-    def _retry_delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            # The server said how long; add only a sliver of jitter so we never come back early.
-            return retry_after + self._rng.uniform(0.0, 0.05)
-        base = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return base + self._rng.uniform(0.0, base * 0.1)
 
     def _headers_for(self, stream: bool) -> dict[str, str]:
         return {**self._headers, "Accept": "text/event-stream" if stream else "application/json"}
@@ -797,27 +519,6 @@ class _StreamState:
         self.done = False
 
 
-def parse_retry_after(value: str | None, *, cap: float = 60.0, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a `Retry-After` header: delta-seconds or an HTTP date, clamped to
-    `[0, cap]`. None when absent or unreadable (the caller falls back to its own backoff)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), cap)
-
-
 def _parse_usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
@@ -835,98 +536,3 @@ def _error_message(error: Any) -> str:
     if isinstance(error, dict):
         return str(error.get("message") or error)[:200]
     return str(error)[:200]
-
-
-# --------------------------------------------------------------------------------------------------
-# Presets and resolution
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProviderPreset:
-    """A known public endpoint: its base URL, default model and the env var holding its key."""
-
-    base_url: str
-    model: str
-    api_key_env: str
-
-
-PRESETS: Mapping[str, ProviderPreset] = {
-    "deepseek": ProviderPreset("https://api.deepseek.com/v1", "deepseek-chat", "DEEPSEEK_API_KEY"),
-    "openai": ProviderPreset("https://api.openai.com/v1", "gpt-4o-mini", "OPENAI_API_KEY"),
-}
-
-_SPEC_KEYS = ("api_key", "base_url", "model", "timeout", "max_retries", "stream", "extra_headers", "client")
-
-
-def resolve_providers(spec: Mapping[str, Any]) -> dict[str, Provider]:
-    """Turn the `providers=` argument of `Runtime` into provider instances, keyed by name.
-
-        >>> ps = resolve_providers({"openai": "sk-..."})                            # preset + key
-        >>> ps = resolve_providers({"deepseek": {"api_key": "sk-...", "model": "deepseek-reasoner"}})
-        >>> ps = resolve_providers({"local": {"base_url": "http://127.0.0.1:8001/v1", "model": "m"}})
-        >>> ps = resolve_providers({"scripted": ScriptedProvider(["hi"])})         # passed through
-        >>> sorted(ps)
-        ['scripted']
-
-    Rules, per entry:
-    - a `Provider` instance is kept as it is;
-    - a string is the API key of a preset (`openai`, `deepseek`);
-    - a dict (keys: api_key, base_url, model, timeout, max_retries, stream, extra_headers, client)
-      overrides the preset of the same name, or, for any other name, must hold `base_url` (a custom
-      endpoint) and `model`;
-    - a preset without an `api_key` takes it from its env var (`OPENAI_API_KEY`, `DEEPSEEK_API_KEY`)
-      only when `base_url` is the preset's own; a custom endpoint needs no key.
-    Anything else raises `ConfigError` naming the entry.
-    """
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"providers must be a dict of name -> config, got {type(spec).__name__}")
-    if not spec:
-        raise ConfigError("providers is empty: configure at least one (e.g. {'openai': 'sk-...'})")
-    resolved: dict[str, Provider] = {}
-    for name, value in spec.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"provider names must be non-empty strings, got {name!r}")
-        resolved[name] = _resolve_one(name, value)
-    return resolved
-
-
-def _resolve_one(name: str, value: Any) -> Provider:
-    if isinstance(value, Provider):
-        return value
-    preset = PRESETS.get(name)
-    known = ", ".join(sorted(PRESETS))
-    if isinstance(value, str):
-        if preset is None:
-            raise ConfigError(
-                f"provider {name!r}: a string value is an API key for a preset ({known}); "
-                f"for a custom endpoint pass a dict with 'base_url' and 'model'"
-            )
-        value = {"api_key": value}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"provider {name!r}: expected an API key string, a config dict or a Provider instance, "
-            f"got {type(value).__name__}"
-        )
-    unknown = set(value) - set(_SPEC_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"provider {name!r}: unknown keys {sorted(unknown)} (allowed: {', '.join(_SPEC_KEYS)})"
-        )
-    options = dict(value)
-    if preset is None and not options.get("base_url"):
-        raise ConfigError(
-            f"provider {name!r} is not a preset ({known}): give it a 'base_url' (a custom OpenAI-compatible endpoint)"
-        )
-    base_url = options.pop("base_url", None) or (preset.base_url if preset else "")
-    model = options.pop("model", None) or (preset.model if preset else None)
-    if not model:
-        raise ConfigError(f"provider {name!r}: no 'model' given and no preset default")
-    api_key = options.pop("api_key", None)
-    if preset is not None and base_url.rstrip("/") == preset.base_url:
-        api_key = api_key or os.environ.get(preset.api_key_env) or None
-        if not api_key:
-            raise ConfigError(
-                f"provider {name!r}: no API key; pass {{{name!r}: 'sk-...'}} or set {preset.api_key_env}"
-            )
-    return OpenAICompatibleProvider(name, base_url=base_url, api_key=api_key, model=model, **options)
