@@ -116,6 +116,12 @@ ARCANA_WORKER_PROCESSES = envint("ARCANA_WORKER_PROCESSES", default=1, minimum=1
 ARCANA_TRACE_DIR = Path(envstr("ARCANA_TRACE_DIR", str(DATA_DIR / "traces")))
 # A running run with no new event for this long is shown idle, not Live, and pages stop polling it.
 ARCANA_LIVE_WINDOW_SECONDS = envint("ARCANA_LIVE_WINDOW_SECONDS", default=120, minimum=1)
+# Ingest requests (POST /api/v1/ingest and uploads) allowed per API key per window; 0 turns the limit
+# off. Counted in the database (traces/ratelimit.py), so it holds across gunicorn workers and machines.
+ARCANA_INGEST_RATE_LIMIT = envint("ARCANA_INGEST_RATE_LIMIT", default=1200, minimum=0)
+ARCANA_INGEST_RATE_WINDOW_SECONDS = envint("ARCANA_INGEST_RATE_WINDOW_SECONDS", default=60, minimum=1)
+# How long an invite link stays usable.
+ARCANA_INVITE_DAYS = envint("ARCANA_INVITE_DAYS", default=7, minimum=1)
 
 # Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
 _BROKER_DIR = DATA_DIR / "broker"

@@ -1,0 +1,51 @@
+"""The ingest rate limit per API key: a fixed window counted on the key's row.
+
+`ARCANA_INGEST_RATE_LIMIT` requests per `ARCANA_INGEST_RATE_WINDOW_SECONDS` per key (0 turns it off).
+The count lives in the database, not in a process: every gunicorn worker (and every machine) shares it,
+and the embedded set-up needs no Redis. Each request costs one conditional UPDATE, which is atomic on
+SQLite and PostgreSQL alike, so two workers can never both take the last slot of a window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import F
+
+from traces.models import ApiKey
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`allowed`, and when not, how many seconds until the next window opens (for `Retry-After`)."""
+
+    allowed: bool
+    retry_after: int = 0
+
+
+def limit_and_window() -> tuple[int, int]:
+    return int(settings.ARCANA_INGEST_RATE_LIMIT), max(1, int(settings.ARCANA_INGEST_RATE_WINDOW_SECONDS))
+
+
+def hit(key: ApiKey, now: float | None = None) -> Verdict:
+    """Count one ingest request of `key`; refuse it when the key has used up its current window."""
+    limit, window = limit_and_window()
+    if limit <= 0:
+        return Verdict(True)
+    now = time.time() if now is None else now
+    current = int(now // window)
+    slot = ApiKey.objects.filter(pk=key.pk, rate_window=current, rate_count__lt=limit)
+    # 1. Same window, room left: take a slot.
+    if slot.update(rate_count=F("rate_count") + 1):
+        return Verdict(True)
+    # 2. The stored window is an older one: start this window with our request.
+    fresh = ApiKey.objects.filter(pk=key.pk).exclude(rate_window=current)
+    if fresh.update(rate_window=current, rate_count=1):
+        return Verdict(True)
+    # 3. Another worker started this window between 1 and 2: try for a slot once more; else it is full.
+    if slot.update(rate_count=F("rate_count") + 1):
+        return Verdict(True)
+    return Verdict(False, max(1, math.ceil((current + 1) * window - now)))
