@@ -73,6 +73,17 @@ def envlist(name: str, default: list[str], *, environ: Mapping[str, str] | None 
     return items
 
 
+def envchoice(
+    name: str, default: str, *, choices: list[str], environ: Mapping[str, str] | None = None
+) -> str:
+    value = envstr(name, environ=environ)
+    if value is None:
+        return default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class DatabaseURL:
     """A parsed `DATABASE_URL`: `sqlite:///relative.db`, `sqlite:////abs/path.db` or

@@ -8,18 +8,27 @@ The defaults are the embedded set-up: a SQLite file and a file-system Celery bro
 from __future__ import annotations
 
 import secrets
+import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from arcana_site.env import envbool, envbroker, envdatabase, envint, envlist, envstr
+from arcana_site.env import envbool, envbroker, envchoice, envdatabase, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Pages and static files: the checkout's templates/ and static/, or where a wheel install put them
+# (`pip install "arcana-console[server]"` copies them to <prefix>/share/arcana-console/).
+ASSETS_DIR = BASE_DIR if (BASE_DIR / "templates").is_dir() else Path(sys.prefix) / "share" / "arcana-console"
 DATA_DIR = Path(envstr("ARCANA_DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DEBUG = envbool("DEBUG", default=False)
 
 SECRET_KEY = envstr("SECRET_KEY")
+_SECRET_KEY_FILE = DATA_DIR / "secret_key"
+if not SECRET_KEY and _SECRET_KEY_FILE.is_file():
+    # The embedded installation's key, written by scripts/run on its first start: every manage.py
+    # command run from the same checkout (changepassword, create_api_key, …) signs with the same key.
+    SECRET_KEY = _SECRET_KEY_FILE.read_text().strip() or None
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -63,7 +72,7 @@ ASGI_APPLICATION = "arcana_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [ASSETS_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -94,15 +103,23 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [ASSETS_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise expects it even before collectstatic
 # Serve straight from static/ too, so pages are styled before (or without) collectstatic.
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = DATA_DIR / "media"
+# Uploaded files: a local folder on one machine, the database when web nodes and workers run on
+# several (traces/storage.py). Static files get hashed names (collectstatic writes the manifest).
+ARCANA_STORAGE = envchoice("ARCANA_STORAGE", default="local", choices=["local", "database"])
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "default": {
+        "BACKEND": {
+            "local": "django.core.files.storage.FileSystemStorage",
+            "database": "traces.storage.DatabaseStorage",
+        }[ARCANA_STORAGE]
+    },
+    "staticfiles": {"BACKEND": "arcana_site.staticfiles.StaticStorage"},
 }
 
 # Bodies above this size are refused with 413 (API batches and uploads alike).
@@ -123,8 +140,25 @@ ARCANA_INGEST_RATE_WINDOW_SECONDS = envint("ARCANA_INGEST_RATE_WINDOW_SECONDS", 
 # How long an invite link stays usable.
 ARCANA_INVITE_DAYS = envint("ARCANA_INVITE_DAYS", default=7, minimum=1)
 
+# Conversations run by our workers (issue 12). Providers are configured here, never typed into a page:
+# ARCANA_PROVIDERS is JSON, name -> {"base_url", "model" or "models", "api_key_env"}; keys stay in the
+# environment variables it names. The offline `scripted` provider is always there.
+ARCANA_PROVIDERS = envstr("ARCANA_PROVIDERS", "") or ""
+# Operator limits: a conversation that reaches one stops with that reason.
+ARCANA_MAX_TURNS_PER_CONVERSATION = envint("ARCANA_MAX_TURNS_PER_CONVERSATION", default=50, minimum=1)
+ARCANA_MAX_STEPS_PER_TURN = envint("ARCANA_MAX_STEPS_PER_TURN", default=10, minimum=1)
+ARCANA_MAX_TOKENS_PER_CONVERSATION = envint("ARCANA_MAX_TOKENS_PER_CONVERSATION", default=2_000_000, minimum=1)
+ARCANA_MAX_CONCURRENT_CONVERSATIONS = envint("ARCANA_MAX_CONCURRENT_CONVERSATIONS", default=4, minimum=1)
+# A worker running a turn renews its lease every third of this; the sweeper re-queues a conversation
+# whose lease expired (its worker vanished), at most ARCANA_CONVERSATION_MAX_ATTEMPTS times per unit of work.
+ARCANA_CONVERSATION_LEASE_SECONDS = envint("ARCANA_CONVERSATION_LEASE_SECONDS", default=60, minimum=2)
+ARCANA_CONVERSATION_MAX_ATTEMPTS = envint("ARCANA_CONVERSATION_MAX_ATTEMPTS", default=3, minimum=1)
+ARCANA_CONVERSATION_SWEEP_SECONDS = envint("ARCANA_CONVERSATION_SWEEP_SECONDS", default=30, minimum=1)
+
 # Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
-_BROKER_DIR = DATA_DIR / "broker"
+# ARCANA_BROKER_DIR: workers with data folders of their own (as on separate machines) still share
+# the embedded broker's folder.
+_BROKER_DIR = Path(envstr("ARCANA_BROKER_DIR", str(DATA_DIR / "broker")))
 CELERY_BROKER_URL = envbroker("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -145,6 +179,8 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
+# A task whose worker process dies (SIGKILL, OOM) goes back to the queue instead of being acknowledged.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
 CELERY_TASK_ROUTES = {
@@ -186,9 +222,20 @@ if envbool("ARCANA_BEHIND_TLS_PROXY", default=False):
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# Logs on stderr with time, level and logger: plain lines, or one JSON object a line for collectors.
+LOG_FORMAT = envchoice("LOG_FORMAT", default="plain", choices=["plain", "json"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "WARNING")},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "arcana_site.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {
+        "handlers": ["console"],
+        "level": envchoice(
+            "LOG_LEVEL", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+        ),
+    },
 }

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -112,3 +115,52 @@ def test_it_names_a_bad_variable_at_start_up() -> None:
     result = _import_settings({"DEBUG": "yes"})
     assert result.returncode != 0
     assert "DEBUG must be 'True' or 'False', got 'yes'" in result.stderr
+
+
+def test_it_signs_with_the_embedded_installations_key(tmp_path: Path) -> None:
+    # scripts/run writes the key into the data folder; manage.py commands run as printed use it too.
+    (tmp_path / "secret_key").write_text("the-embedded-key\n")
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG", "DJANGO_SETTINGS_MODULE")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", "import arcana_site.settings as s; print(s.SECRET_KEY)"],
+        cwd=ROOT,
+        env={**clean, "DEBUG": "False", "ARCANA_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "the-embedded-key"
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json"])
+def test_it_logs_time_level_and_logger(fmt: str) -> None:
+    code = (
+        "import django, logging; django.setup(); "
+        "logging.getLogger('traces.tasks').warning('upload %s reclaimed', 7)"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "arcana_site.settings", "SECRET_KEY": "x", "LOG_FORMAT": fmt},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    if fmt == "json":
+        entry = json.loads(line)
+        assert (entry["level"], entry["logger"], entry["message"]) == (
+            "WARNING",
+            "traces.tasks",
+            "upload 7 reclaimed",
+        )
+        assert entry["time"].endswith("+00:00")
+    else:
+        assert re.fullmatch(
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING traces\.tasks upload 7 reclaimed", line
+        )
