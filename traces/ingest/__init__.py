@@ -29,6 +29,7 @@ Contract of `ingest_events(project, events, source=...)`:
 """
 
 from traces.ingest.bulk import _copy_line, _event_copy_text, fast_insert
+from traces.ingest.deletion import do_delete_run, do_delete_runs_of_project
 from traces.ingest.incremental import do_project_turns
 from traces.ingest.jsonl import (
     MAX_LINE_ERRORS,
@@ -87,6 +88,8 @@ __all__ = [
     "check_event",
     "check_events",
     "count_lines",
+    "do_delete_run",
+    "do_delete_runs_of_project",
     "do_ingest",
     "do_project_turns",
     "do_rebuild_projections",
