@@ -49,4 +49,22 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """Database and broker status as JSON; 503 when either is down (for load balancers and CI)."""
     checks = {"database": _check_database(), "broker": _check_broker()}
     ok = all(check["ok"] for check in checks.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", **checks}, status=200 if ok else 503)
+    # Workers are reported, not required: a web node answers requests (and queues work) while the
+    # workers restart, so their absence must not take it out of a load balancer.
+    workers = _workers_seen() if checks["database"]["ok"] else {}
+    return JsonResponse(
+        {"status": "ok" if ok else "unavailable", **checks, "workers": workers}, status=200 if ok else 503
+    )
+
+
+def _workers_seen() -> dict[str, object]:
+    from traces.workers import SEEN_WITHIN_SECONDS, workers_by_queue
+
+    try:
+        queues = workers_by_queue()
+    except Exception as exc:  # e.g. migrations not applied yet
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {
+        "seen_within_seconds": SEEN_WITHIN_SECONDS,
+        "queues": {queue: {"count": len(names), "names": names} for queue, names in queues.items()},
+    }

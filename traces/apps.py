@@ -9,4 +9,5 @@ class TracesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from traces import checks  # noqa: F401  (registers the system checks)
+        # System checks, and the worker heartbeat signals (connected in every process; they fire only in workers).
+        from traces import checks, workers  # noqa: F401

@@ -1074,7 +1074,23 @@ class StoredFileChunk(models.Model):
     data = models.BinaryField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["file", "index"], name="storedfilechunk_file_index_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["file", "index"], name="storedfilechunk_file_index_uniq")
+        ]
 
     def __str__(self) -> str:
         return f"{self.file_id}#{self.index}"
+
+
+class WorkerHeartbeat(models.Model):
+    """A Celery worker that is alive: written by the worker itself every `traces.workers.BEAT_SECONDS`,
+    read by /healthz to report the workers seen per queue (on any machine: they share the database)."""
+
+    hostname = models.CharField(max_length=300, unique=True)  # celery's node name, e.g. arcana-12@web1
+    queues = models.JSONField(default=list)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.hostname} {self.queues}"

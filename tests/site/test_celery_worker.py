@@ -20,3 +20,20 @@ def test_it_runs_a_task_in_a_real_worker(celery_worker_process: subprocess.Popen
 
 def test_it_never_runs_tasks_eagerly() -> None:
     assert app.conf.task_always_eager is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_reports_a_real_worker_on_healthz(celery_worker_process: subprocess.Popen[bytes]) -> None:
+    import time
+
+    from django.test import Client
+
+    # The worker's heartbeat thread writes its row once it is ready; give it a moment on a busy machine.
+    deadline = time.monotonic() + 20
+    while True:
+        queues = Client().get("/healthz").json()["workers"]["queues"]
+        if queues.get("ingest") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert queues["ingest"]["count"] >= 1 and queues["agents"]["count"] >= 1
+    assert any(name.startswith("test-") for name in queues["ingest"]["names"])

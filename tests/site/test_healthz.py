@@ -49,3 +49,22 @@ def test_it_returns_503_when_the_file_broker_folder_is_gone(client: Client, tmp_
         response = client.get("/healthz")
     assert response.status_code == 503
     assert "is missing or not writable" in response.json()["broker"]["error"]
+
+
+def test_it_lists_the_workers_seen_per_queue(client: Client) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from traces.models import WorkerHeartbeat
+    from traces.workers import SEEN_WITHIN_SECONDS, beat
+
+    beat("w1@machine-a", ["ingest", "agents"])
+    beat("w2@machine-b", ["agents"])
+    stale = timezone.now() - timedelta(seconds=SEEN_WITHIN_SECONDS + 1)
+    WorkerHeartbeat.objects.create(hostname="gone@machine-c", queues=["ingest"], last_seen=stale)
+    body = client.get("/healthz").json()
+    assert body["workers"]["queues"] == {
+        "agents": {"count": 2, "names": ["w1@machine-a", "w2@machine-b"]},
+        "ingest": {"count": 1, "names": ["w1@machine-a"]},
+    }
