@@ -187,6 +187,7 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.process_upload": {"queue": "ingest"},
     "traces.tasks.run_conversation": {"queue": "agents"},
     "traces.tasks.run_demo_conversation": {"queue": "agents"},
+    "traces.tasks.sweep_conversations": {"queue": "agents"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -217,6 +218,9 @@ CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", default=False)
 # send X-Forwarded-Proto, which ARCANA_BEHIND_TLS_PROXY=True trusts.
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", default=False)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", default=0, minimum=0)
+# Only for a domain whose every subdomain is HTTPS too (the production example sets both).
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", default=False)
 if envbool("ARCANA_BEHIND_TLS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
@@ -238,4 +242,13 @@ LOGGING = {
             "LOG_LEVEL", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
         ),
     },
+}
+
+
+# The conversation sweeper (issue 12): conversations whose worker vanished are queued again.
+CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE") or {}
+CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
+    "task": "traces.tasks.sweep_conversations",
+    "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
+    "options": {"queue": "agents"},
 }
