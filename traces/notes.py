@@ -1,0 +1,190 @@
+"""Review notes: what a note may be attached to (`check_*`), writing and resolving them (`do_*`, each
+with its audit row in the same transaction), the caller's notes, and the one set of filters the Notes
+page and `GET /api/v1/notes` share (STYLE.md item 23).
+
+A note is on a run, on one turn of one agent, or on one step's context decision; the target must
+exist when the note is written (a note on turn 99 of a 3-turn run is refused, not kept dangling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import QueryDict
+from django.utils import timezone
+
+from traces import audit
+from traces.models import Action, AuditLog, Note, Run, Step, Turn, projects_for_user
+
+
+class NoteError(ValueError):
+    """Bad note input; `field` names the input at fault (for the API's error shape and the form)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class NoteInput:
+    label: str
+    body: str
+    agent: str
+    turn: int | None
+    step: int | None
+
+
+def _int_or_none(value: Any, field: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise NoteError(field, "must be a whole number")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise NoteError(field, "must be a whole number") from None
+    if number < 1 or number > 2_000_000_000:
+        raise NoteError(field, "must be 1 or greater (turns and steps are 1-based)")
+    return number
+
+
+def check_note(run: Run, data: Any) -> NoteInput:
+    """Validate untrusted note input (a form's POST or the API's JSON) against `run`.
+
+    `data` is a mapping with `label`, `body`, and optionally `agent`, `turn`, `step`."""
+    label = data.get("label") or Note.Label.QUESTION
+    if label not in Note.Label.values:
+        raise NoteError("label", f"must be one of {', '.join(Note.Label.values)}")
+    body = data.get("body")
+    if not isinstance(body, str) or not body.strip():
+        raise NoteError("body", "write something")
+    body = body.strip()
+    if len(body) > Note.BODY_MAX:
+        raise NoteError("body", f"at most {Note.BODY_MAX} characters")
+    if "\x00" in body:
+        raise NoteError("body", "must not contain NUL characters")
+    agent = data.get("agent") or ""
+    if not isinstance(agent, str):
+        raise NoteError("agent", "must be a string")
+    agents = list(run.agents or [])
+    if agents and not agent:
+        agent = agents[0]
+    if agent and agent not in agents:
+        raise NoteError("agent", "no such agent in this run")
+    turn = _int_or_none(data.get("turn"), "turn")
+    step = _int_or_none(data.get("step"), "step")
+    if step is not None and turn is None:
+        raise NoteError("step", "a step needs its turn")
+    if turn is not None and not Turn.objects.filter(run=run, agent=agent, number=turn).exists():
+        raise NoteError("turn", "no such turn in this run")
+    if (
+        step is not None
+        and not Step.objects.filter(run=run, agent=agent, turn_number=turn, number=step).exists()
+    ):
+        raise NoteError("step", "no such step in this turn")
+    return NoteInput(label=label, body=body, agent=agent, turn=turn, step=step)
+
+
+def do_create_note(run: Run, actor: Any, note: NoteInput) -> Note:
+    """Write a checked note and its audit row in one transaction. `actor` may be a user or an API
+    key's request user (the note then has no author row; the audit log names the key)."""
+    user = actor if getattr(actor, "pk", None) is not None and hasattr(actor, "get_username") else None
+    with transaction.atomic():
+        row = Note.objects.create(
+            run=run,
+            agent=note.agent,
+            turn_number=note.turn,
+            step_number=note.step,
+            label=note.label,
+            body=note.body,
+            author=user,
+        )
+        audit.record(
+            run.project.team,
+            actor,
+            AuditLog.NOTE_CREATED,
+            row,
+            {
+                "run_id": run.run_id,
+                "project": run.project.slug,
+                "target": row.target_label,
+                "label": row.label,
+            },
+        )
+    return row
+
+
+def do_set_resolved(note: Note, actor: Any, resolved: bool) -> bool:
+    """Resolve or reopen `note`; False (and no audit row) when it already was in that state."""
+    user = actor if getattr(actor, "pk", None) is not None and hasattr(actor, "get_username") else None
+    with transaction.atomic():
+        qs = Note.objects.filter(pk=note.pk, resolved_at__isnull=resolved)
+        changed = qs.update(
+            resolved_at=timezone.now() if resolved else None, resolved_by=user if resolved else None
+        )
+        if not changed:
+            return False
+        note.refresh_from_db(fields=["resolved_at", "resolved_by"])
+        audit.record(
+            note.run.project.team,
+            actor,
+            AuditLog.NOTE_RESOLVED,
+            note,
+            {"run_id": note.run.run_id, audit.OLD: not resolved, audit.NEW: resolved},
+        )
+    return True
+
+
+def notes_for_user(user: Any) -> QuerySet[Note]:
+    """Notes on runs of every project the user may read (none for anonymous users)."""
+    return Note.objects.filter(run__project__in=projects_for_user(user, Action.READ))
+
+
+@dataclass(frozen=True)
+class NoteFilters:
+    """The Notes page's and the notes API's filters, parsed leniently (bad values are ignored).
+
+    >>> NoteFilters.from_query(QueryDict("label=bug&resolved=0")).resolved
+    False
+    """
+
+    project: int | None = None
+    run_id: str = ""
+    label: str = ""
+    resolved: bool | None = None
+
+    @classmethod
+    def from_query(cls, query: QueryDict | dict[str, Any]) -> NoteFilters:
+        try:
+            project = int(query.get("project") or "")
+        except ValueError:
+            project = None
+        label = query.get("label") or ""
+        resolved = {"1": True, "true": True, "0": False, "false": False}.get(
+            str(query.get("resolved", "")).lower()
+        )
+        return cls(
+            project=project,
+            run_id=str(query.get("run_id") or "")[:200],
+            label=label if label in Note.Label.values else "",
+            resolved=resolved,
+        )
+
+    @property
+    def active(self) -> bool:
+        return any(v not in (None, "") for v in (self.project, self.run_id, self.label, self.resolved))
+
+    def apply(self, qs: QuerySet[Note]) -> QuerySet[Note]:
+        if self.project is not None:
+            qs = qs.filter(run__project_id=self.project)
+        if self.run_id:
+            qs = qs.filter(run__run_id=self.run_id)
+        if self.label:
+            qs = qs.filter(label=self.label)
+        if self.resolved is not None:
+            qs = qs.filter(resolved_at__isnull=not self.resolved)
+        return qs

@@ -1,0 +1,262 @@
+"""Share links and review notes in the browser.
+
+* Shared pages (`/s/<token>…`): the run overview, its turn pages and their polled fragments, for anyone
+  holding a usable link. Same context builders and templates as the team's pages; `traces.sharing`
+  binds the run's addresses to the link and redacts the context (the one place that does).
+* Team pages: create / revoke share links on the run page, write / resolve notes on the run and turn
+  pages, and the team's Notes list.
+
+Access: a run outside the caller's teams is 404 (never 403); a viewer of the team may read but gets
+403 on writes; members and above may share and write notes (`Action.SHARE`, `Action.NOTE`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from traces import notes as notes_service
+from traces import sharing, views
+from traces.models import Action, Note, Run, ShareLink, projects_for_user, user_can
+
+NOTES_PER_PAGE = 50
+EXPIRY_CHOICES = [("", "Never"), ("1", "1 day"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Context the team's run and turn pages add (called by traces.views)
+
+
+def run_notes_ctx(run: Run) -> dict[str, Any]:
+    """Every note on the run, for the run page (one query)."""
+    return {"notes": list(Note.objects.filter(run=run).select_related("author", "resolved_by"))}
+
+
+def turn_notes_ctx(run: Run, agent: str, number: int, step_views: list[dict[str, Any]]) -> dict[str, Any]:
+    """The notes of one turn: those on the turn as a whole (`turn_notes`), and each step's, put on its
+    step view as `notes` (one query)."""
+    rows = list(
+        Note.objects.filter(run=run, agent=agent, turn_number=number).select_related("author", "resolved_by")
+    )
+    by_step: dict[int, list[Note]] = {}
+    for n in rows:
+        if n.step_number is not None:
+            by_step.setdefault(n.step_number, []).append(n)
+    for sv in step_views:
+        sv["notes"] = by_step.get(sv["step"].number, [])
+    return {"turn_notes": [n for n in rows if n.step_number is None]}
+
+
+def member_ctx(request: HttpRequest, run: Run) -> dict[str, Any]:
+    """What a team member's run or turn page adds: may they write notes / share, and the note labels."""
+    team_id = run.project.team_id
+    return {
+        "can_note": user_can(request.user, team_id, Action.NOTE),
+        "can_share": user_can(request.user, team_id, Action.SHARE),
+        "note_labels": Note.Label.choices,
+    }
+
+
+def share_ctx(request: HttpRequest, run: Run, can_share: bool) -> dict[str, Any]:
+    """The run page's share-link panel: the run's links, and a just-created link's URL (shown once)."""
+    if not can_share:
+        return {}
+    new_url = request.session.pop(f"share_url:{run.pk}", None)
+    return {
+        "share_links": list(ShareLink.objects.filter(run=run).select_related("created_by")),
+        "new_share_url": new_url,
+        "expiry_choices": EXPIRY_CHOICES,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared pages
+
+
+def _shared(response: HttpResponse) -> HttpResponse:
+    # The token is in the URL: keep it out of caches, search engines and Referer headers.
+    response["Cache-Control"] = "private, no-store"
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+def _shared_run(token: str) -> tuple[ShareLink, Run]:
+    link = sharing.link_for_token(token)
+    return link, sharing.bind_run_to_share(link.run, token)
+
+
+@require_GET
+def shared_run(request: HttpRequest, token: str) -> HttpResponse:
+    link, run = _shared_run(token)
+    agent = views._agent_for(request, run)
+    ctx = views.run_ctx(request, run, agent)
+    ctx.update(run_notes_ctx(run))
+    ctx = sharing.redact(ctx, hide_content=link.hide_content)
+    return _shared(render(request, "traces/run.html", ctx))
+
+
+@require_GET
+def shared_run_live(request: HttpRequest, token: str) -> HttpResponse:
+    link, run = _shared_run(token)
+    agent = views._agent_for(request, run)
+    ctx = sharing.redact(
+        views._timeline_ctx(request, run, agent, last_page=True), hide_content=link.hide_content
+    )
+    return _shared(render(request, "traces/_run_live.html", ctx))
+
+
+@require_GET
+def shared_run_fidelity(request: HttpRequest, token: str) -> HttpResponse:
+    link, run = _shared_run(token)
+    agent = views._agent_for(request, run)
+    ctx = sharing.redact(views.fidelity_ctx(request, run, agent), hide_content=link.hide_content)
+    return _shared(render(request, "traces/_fidelity_map.html", ctx))
+
+
+def _shared_turn_ctx(request: HttpRequest, token: str, number: int) -> dict[str, Any]:
+    link, run = _shared_run(token)
+    agent = views._agent_for(request, run)
+    ctx = views._turn_ctx(request, run, agent, number)
+    return sharing.redact(ctx, hide_content=link.hide_content)
+
+
+@require_GET
+def shared_turn(request: HttpRequest, token: str, number: int) -> HttpResponse:
+    return _shared(render(request, "traces/turn.html", _shared_turn_ctx(request, token, number)))
+
+
+@require_GET
+def shared_turn_live(request: HttpRequest, token: str, number: int) -> HttpResponse:
+    return _shared(render(request, "traces/_turn_steps.html", _shared_turn_ctx(request, token, number)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Managing share links (run page)
+
+
+def _run_for_action(request: HttpRequest, project_id: int, run_id: str, action: str) -> Run:
+    """The run if the caller may read it (else 404) and may do `action` in its team (else 403)."""
+    run = views._get_run_for_user(request, project_id, run_id)
+    if not user_can(request.user, run.project.team_id, action):
+        raise PermissionDenied("Your role in this team cannot do this.")
+    return run
+
+
+def _back(request: HttpRequest, fallback: str) -> HttpResponseRedirect:
+    """Back to the page the form was on (`next`, same host only), else `fallback`."""
+    target = request.POST.get("next") or ""
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = fallback
+    return HttpResponseRedirect(target)
+
+
+@login_required
+@require_POST
+def share_link_create(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    run = _run_for_action(request, project_id, run_id, Action.SHARE)
+    days = request.POST.get("expires_in_days") or ""
+    if days and days not in {value for value, _label in EXPIRY_CHOICES}:
+        messages.error(request, "Choose an expiry from the list.")
+        return HttpResponseRedirect(run.get_absolute_url() + "#share")
+    expires_at = timezone.now() + timedelta(days=int(days)) if days else None
+    hide = request.POST.get("hide_content") == "1"
+    _link, raw = sharing.do_create_share_link(run, request.user, hide_content=hide, expires_at=expires_at)
+    # Shown once, on the next render of the run page; only the hash is kept.
+    request.session[f"share_url:{run.pk}"] = request.build_absolute_uri(sharing.share_url(raw))
+    return HttpResponseRedirect(run.get_absolute_url() + "#share")
+
+
+@login_required
+@require_POST
+def share_link_revoke(request: HttpRequest, project_id: int, run_id: str, link_id: int) -> HttpResponse:
+    run = _run_for_action(request, project_id, run_id, Action.SHARE)
+    link = get_object_or_404(ShareLink, pk=link_id, run=run)
+    if sharing.do_revoke_share_link(link, request.user):
+        messages.success(request, f"Share link {link.prefix}… revoked: it now opens nothing.")
+    return HttpResponseRedirect(run.get_absolute_url() + "#share")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Notes
+
+
+def _note_anchor(run: Run, note: Note) -> str:
+    """The page (and place) a note is shown on."""
+    if note.turn_number is None:
+        return run.get_absolute_url() + (f"?agent={note.agent}" if note.agent else "") + "#notes"
+    from urllib.parse import urlencode
+
+    query = f"?{urlencode({'agent': note.agent})}" if note.agent else ""
+    anchor = f"#step-{note.step_number}-notes" if note.step_number else "#turn-notes"
+    return run.turn_url(note.turn_number) + query + anchor
+
+
+@login_required
+@require_POST
+def note_create(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    run = _run_for_action(request, project_id, run_id, Action.NOTE)
+    try:
+        data = notes_service.check_note(run, request.POST)
+    except notes_service.NoteError as e:
+        messages.error(request, f"Note not saved: {e.field} {e.message}.")
+        return _back(request, run.get_absolute_url())
+    note = notes_service.do_create_note(run, request.user, data)
+    messages.success(request, f"Note added on {note.target_label}.")
+    return _back(request, _note_anchor(run, note))
+
+
+@login_required
+@require_POST
+def note_resolve(request: HttpRequest, note_id: int) -> HttpResponse:
+    note = (
+        notes_service.notes_for_user(request.user)
+        .select_related("run__project__team")
+        .filter(pk=note_id)
+        .first()
+    )
+    if note is None:
+        raise Http404("No such note.")
+    if not user_can(request.user, note.run.project.team_id, Action.NOTE):
+        raise PermissionDenied("Your role in this team cannot resolve notes.")
+    resolved = request.POST.get("resolved", "1") == "1"
+    notes_service.do_set_resolved(note, request.user, resolved)
+    return _back(request, _note_anchor(note.run, note))
+
+
+@login_required
+@require_GET
+def notes_page(request: HttpRequest) -> HttpResponse:
+    """The Notes list of the caller's teams, filtered by project, label and resolved state."""
+    filters = notes_service.NoteFilters.from_query(request.GET)
+    qs = (
+        filters.apply(notes_service.notes_for_user(request.user))
+        .select_related("run__project__team", "author", "resolved_by")
+        .order_by("-created_at", "-id")
+    )
+    page = Paginator(qs, NOTES_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    writable = set(projects_for_user(request.user, Action.NOTE).values_list("team_id", flat=True))
+    ctx = {
+        "page": page,
+        "notes": list(page.object_list),
+        "filters": filters,
+        "query": query.urlencode(),
+        "projects": list(
+            projects_for_user(request.user).select_related("team").order_by("team__name", "slug")
+        ),
+        "labels": Note.Label.choices,
+        "writable_teams": writable,
+    }
+    return render(request, "traces/notes.html", ctx)
