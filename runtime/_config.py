@@ -91,6 +91,9 @@ class RuntimeConfig:
     * `pin_budget_fraction` — pins may hold at most `int(context_window * fraction)` tokens, in (0, 1].
     * `tool_result_max_chars` — longer tool results are cut, with a visible
       "[truncated: N chars total]" marker. `None` never cuts. Default 100,000.
+    * `deterministic_step_ids` — derive every event's `step_id` from the run id, agent, turn, step and
+      the event's position in the step (uuid5) instead of a random uuid4, so a turn re-run from an
+      exported state writes the very same ids and an idempotent store keeps it once. Default False.
     """
 
     context_window: int = 128_000
@@ -105,6 +108,7 @@ class RuntimeConfig:
     cognitive_primitives: Sequence[str] = ()
     pin_budget_fraction: float = 0.5
     tool_result_max_chars: int | None = 100_000
+    deterministic_step_ids: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.context_window, bool) or not isinstance(self.context_window, int):

@@ -28,7 +28,7 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ STATE_VERSION = 1
 OUTCOME_ANSWERED = "answered"
 OUTCOME_EMPTY = "empty_response"
 OUTCOME_MAX_STEPS = "max_steps"
+OUTCOME_STOPPED = "stopped"
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class Reply:
     * `tool_calls` — every tool and primitive call of the turn, in order:
       `{"step", "id", "name", "kind": "tool"|"primitive"|"unknown", "arguments", "result"}`.
     * `usage` — summed provider usage of the turn (summarizer calls included).
-    * `outcome` — "answered", "empty_response" or "max_steps".
+    * `outcome` — "answered", "empty_response", "max_steps", or "stopped" (`ChatSession.stop_check`
+      asked the turn to end after a step).
     """
 
     content: str | None
@@ -154,12 +156,14 @@ class Runtime:
         model: str | None = None,
         cognitive_primitives: Sequence[str] | None = None,
         tools: Sequence[Any] | None = None,
+        run_id: str | None = None,
     ) -> ChatSession:
         """A new chat session (one run), or the session `state` was exported from, resumed.
 
         Use as `async with rt.chat(...) as chat:`. `cognitive_primitives=None` uses the config's list;
         `tools=None` the runtime's tools. With `state`, the state's system prompt, provider, model and
-        primitives are used unless given here (a different `system` is refused)."""
+        primitives are used unless given here (a different `system` is refused). `run_id` names a new
+        session's run (default: a fresh uuid4), e.g. when a server recorded it before the run began."""
         tool_map = self.tools if tools is None else build_tools(tools)
         if state is not None:
             return ChatSession._from_state(
@@ -178,7 +182,7 @@ class Runtime:
             else normalize_primitives(cognitive_primitives)
         )
         _check_tool_names(tool_map, primitives, "chat()")
-        run_id = str(uuid.uuid4())
+        run_id = _check_run_id(run_id)
         return ChatSession(
             self,
             system=DEFAULT_SYSTEM_PROMPT if system is None else system,
@@ -186,18 +190,26 @@ class Runtime:
             model=model,
             tools=tool_map,
             primitives=primitives,
-            writer=TraceWriter(self.sink, run_id),
+            writer=self._writer(run_id),
         )
 
     def collaborate(
-        self, *, cognitive_primitives: Sequence[str] | None = None, state: Mapping[str, Any] | None = None
+        self,
+        *,
+        cognitive_primitives: Sequence[str] | None = None,
+        state: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
     ) -> AgentPool:
         """A pool of named agents sharing one run. `cognitive_primitives` is the pool default (None:
         the config's). With `state` (from `pool.export_state()`), `pool.add(name, ...)` resumes that
-        agent, and the pool default is the one saved in the state unless given here."""
-        return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state)
+        agent, and the pool default is the one saved in the state unless given here. `run_id` names a
+        new pool's run (default: a fresh uuid4)."""
+        return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state, run_id=run_id)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _writer(self, run_id: str) -> TraceWriter:
+        return TraceWriter(self.sink, run_id, deterministic_ids=self.config.deterministic_step_ids)
+
     def _provider_name(self, name: str | None) -> str:
         if name is None:
             return self.config.default_provider or next(iter(self.providers))
@@ -224,6 +236,14 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _check_run_id(run_id: str | None) -> str:
+    if run_id is None:
+        return str(uuid.uuid4())
+    if not isinstance(run_id, str) or not run_id.strip() or len(run_id) > 200:
+        raise ConfigError(f"run_id must be a non-empty string of at most 200 characters, got {run_id!r}")
+    return run_id
 
 
 def _flatten(sink: Any) -> list[Any]:
@@ -289,6 +309,11 @@ class ChatSession:
         )
         self._lock = asyncio.Lock()
         self._closed = False
+        #: Asked before every step after the first of a turn; a `(stop_reason, detail)` answer ends the
+        #: turn there (outcome "stopped") with a `state_change` event carrying that `stop_reason` —
+        #: how a server cancels a conversation "after the current step" or enforces a token limit.
+        #: Called from the event loop: it must be fast and must not block (read a flag).
+        self.stop_check: Callable[[], tuple[str, str] | None] | None = None
 
     # -- public --------------------------------------------------------------------------------
     @property
@@ -401,7 +426,12 @@ class ChatSession:
         tools_arg = tools or None
         max_steps = self.config.max_steps_per_turn
         for step in range(1, max_steps + 1):
-            step_id = str(uuid.uuid4())
+            if step > 1 and self.stop_check is not None:
+                stop = self.stop_check()
+                if stop is not None:
+                    self._emit_stop(stop, turn, step - 1)
+                    return self._reply(None, turn, step - 1, calls_made, usage, OUTCOME_STOPPED)
+            step_id = self.writer.step_id_for(turn, step)
             summary_usage: list[Usage] = []
             try:
                 ws = await self.builder.build(
@@ -792,6 +822,18 @@ class ChatSession:
             metadata={"tool_call_id": call_id, "arguments": args, "result": out.content},
         )
 
+    def _emit_stop(self, stop: tuple[str, str], turn: int, step: int) -> None:
+        reason, detail = stop
+        self.writer.emit(
+            "state_change",
+            turn=turn,
+            step=step,
+            parent_step_id=self._spine,
+            stop_reason=reason,
+            stop_detail=detail[:500],
+            metadata={"stopped": reason, "detail": detail[:500]},
+        )
+
     def _emit_provider_error(self, exc: BaseException, turn: int, step: int, step_id: str) -> None:
         category = "provider" if isinstance(exc, ProviderError) else "unexpected"
         self._emit_error(exc, category, turn, step, step_id)
@@ -860,7 +902,7 @@ class ChatSession:
         )
         _check_tool_names(tools, primitives, "chat(state=...)")
         if writer is None:
-            writer = TraceWriter(runtime.sink, str(state["run_id"]))
+            writer = runtime._writer(str(state["run_id"]))
         session = cls(
             runtime,
             system=saved_system,
@@ -961,6 +1003,7 @@ class AgentPool:
         *,
         cognitive_primitives: Sequence[str] | None = None,
         state: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.runtime = runtime
         if cognitive_primitives is None and state is not None:
@@ -975,9 +1018,9 @@ class AgentPool:
             self._saved = dict(state.get("agents") or {})
             run_id = state["run_id"]
         else:
-            run_id = str(uuid.uuid4())
+            run_id = _check_run_id(run_id)
         self.run_id: str = run_id
-        self.writer = TraceWriter(runtime.sink, run_id)
+        self.writer = runtime._writer(run_id)
         if state is not None:
             self.writer.budgets.restore(state.get("budgets") or {})
         self.agents: dict[str, ChatSession] = {}

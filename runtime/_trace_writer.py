@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
@@ -30,6 +31,9 @@ from typing import IO, Any, Protocol, runtime_checkable
 from ._trace import PRODUCER, TraceEvent
 
 logger = logging.getLogger("runtime.trace")
+
+#: The uuid5 namespace of deterministic step ids (`TraceWriter(deterministic_ids=True)`).
+_ID_NAMESPACE = uuid.UUID("5b0e5a4c-4b8e-4a57-9c1e-6d1f2a3c7e10")
 
 __all__ = ["CallableSink", "JsonlFileSink", "MultiSink", "TraceSink", "TraceWriter", "digest"]
 
@@ -194,12 +198,27 @@ class TraceWriter:
         run_id: str,
         *,
         source_agent: str | None = None,
+        deterministic_ids: bool = False,
         _budgets: _Budgets | None = None,
     ) -> None:
         self.sink = sink
         self.run_id = run_id
         self.source_agent = source_agent
         self.budgets = _budgets if _budgets is not None else _Budgets()
+        # With deterministic ids, the n-th event of (agent, turn, step) always gets the same step_id, so
+        # a turn re-run from saved state (a worker that died mid-turn) stores nothing twice.
+        self.deterministic_ids = deterministic_ids
+        self._seq: dict[tuple[int, int], int] = {}
+
+    def step_id_for(self, turn: int, step: int) -> str:
+        """The id of step (`turn`, `step`)'s `turn` event: random, or derived from the run, agent, turn
+        and step when `deterministic_ids` is on."""
+        if not self.deterministic_ids:
+            return str(uuid.uuid4())
+        return self._derived_id(f"{turn}/{step}/turn")
+
+    def _derived_id(self, suffix: str) -> str:
+        return str(uuid.uuid5(_ID_NAMESPACE, f"{self.run_id}\x1f{self.source_agent or ''}\x1f{suffix}"))
 
     @property
     def enabled(self) -> bool:
@@ -207,7 +226,13 @@ class TraceWriter:
 
     def for_agent(self, name: str) -> TraceWriter:
         """A writer for pool agent `name`: same run, same sink, same budget totals."""
-        return TraceWriter(self.sink, self.run_id, source_agent=name, _budgets=self.budgets)
+        return TraceWriter(
+            self.sink,
+            self.run_id,
+            source_agent=name,
+            deterministic_ids=self.deterministic_ids,
+            _budgets=self.budgets,
+        )
 
     def emit(
         self,
@@ -234,6 +259,10 @@ class TraceWriter:
                 if key not in md:
                     md[key] = value
         fields: dict[str, Any] = dict(envelope)
+        if step_id is None and self.deterministic_ids and turn is not None and step is not None:
+            n = self._seq.get((turn, step), 0)
+            self._seq[(turn, step)] = n + 1
+            step_id = self._derived_id(f"{turn}/{step}/{n}")
         if step_id is not None:
             fields["step_id"] = step_id
         event = TraceEvent.new(

@@ -6,9 +6,11 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from traces import api
+from traces.api_conversations import conversation_urls
 
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
+    *conversation_urls,
     path("ingest", api.IngestView.as_view(), name="api-ingest"),
     path("uploads", api.UploadListView.as_view(), name="api-uploads"),
     path("uploads/<int:upload_id>", api.UploadDetailView.as_view(), name="api-upload"),

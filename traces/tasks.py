@@ -111,3 +111,21 @@ def run_demo_conversation(project_id: int) -> dict[str, Any]:
 
     project = Project.objects.get(pk=project_id)
     return run(project)
+
+
+@shared_task(name="traces.tasks.run_conversation", acks_late=True, reject_on_worker_lost=True)
+def run_conversation(conversation_id: int) -> dict[str, Any]:
+    """Run a conversation's pending turns (a whole script, or one playground turn) on the `agents`
+    queue. Safe to deliver twice: the row is claimed with a conditional update under a lease
+    (`traces.conversations.run_pending_turns`)."""
+    from traces.conversations import run_pending_turns
+
+    return run_pending_turns(conversation_id)
+
+
+@shared_task(name="traces.tasks.sweep_conversations")
+def sweep_conversations() -> dict[str, int]:
+    """Periodic (Celery beat): re-queue conversations whose worker vanished, fail the hopeless ones."""
+    from traces.conversations import sweep_conversations as sweep
+
+    return sweep()
