@@ -1,0 +1,555 @@
+"""`WorkingSetBuilder`: what the model sees at each step, built in the six numbered steps of
+`build()`."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+from .._tokens import REPLY_PRIMING_TOKENS, TokenCounter, default_counter
+from ..errors import ConfigError, ContextOverflowError
+from .records import (
+    LEVELS,
+    Budget,
+    ContextDecision,
+    ContextStrategy,
+    Fidelity,
+    MessageDecision,
+    PinBlock,
+    Summarizer,
+    WorkingSet,
+    _message_text,
+    render_pin,
+)
+from .report import _Plan, context_report, explanation
+from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _scoring_text, _Slot, _units
+
+#: Longest summary the builder asks for; the caller may pass it as `max_tokens` to the provider.
+SUMMARY_MAX_TOKENS = 500
+# Below this many free tokens a summary is not worth a model call.
+_MIN_SUMMARY_TOKENS = 64
+_SUMMARY_LINE_CHARS = 1000
+_SUMMARY_SYSTEM = "You are a conversation summarizer. Be concise."
+# Messages whose count, ladder and keywords a builder remembers between steps.
+_INFO_CACHE_SIZE = 32_768
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder
+# ---------------------------------------------------------------------------------------------
+class WorkingSetBuilder:
+    """Builds the working set of each step. One builder can serve many sessions (it keeps no
+    per-conversation state; token counts are cached in the shared `TokenCounter`).
+
+    Examples:
+
+        builder = WorkingSetBuilder(context_window=8000)
+        ws = await builder.build(history, tools=schemas, pins=[PinBlock("p_1a2b3c4d", "facts", "...")],
+                                 turn=3, step=1, summarize=my_summarizer)
+        await provider.complete(ws.messages, tools=schemas)
+        writer.emit("context_decision", metadata={..., **ws.decision.to_metadata()})
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        context_window: int,
+        strategy: ContextStrategy | None = None,
+        response_reserve: int | None = None,
+        fidelity: Fidelity | None = None,
+    ) -> None:
+        self.counter = counter if counter is not None else default_counter()
+        self.budget = Budget(context_window, response_reserve)
+        self.strategy = strategy if strategy is not None else ContextStrategy()
+        self.fidelity = fidelity if fidelity is not None else Fidelity()
+        self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def context_window(self) -> int:
+        return self.budget.context_window
+
+    async def build(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        pins: Sequence[PinBlock] = (),
+        turn: int,
+        step: int,
+        summarize: Summarizer | None = None,
+        message_turns: Sequence[int] | None = None,
+    ) -> WorkingSet:
+        """Build the messages for one LLM call.
+
+        `history` is the full conversation in OpenAI shape (it is not modified). `message_turns[i]`,
+        if given, is the 1-based turn of `history[i]` (shown in L3 stubs so the model can `recall`
+        it); by default turn = number of user messages up to and including that message.
+        `summarize` receives a ready summarizer request (a system and a user message, asking for at
+        most `SUMMARY_MAX_TOKENS` tokens) and returns the summary text; it is awaited at most once.
+
+        1. Split the layers: identity = leading system messages, task = the last user message,
+           working = the rest; group each assistant `tool_calls` message with its tool results into
+           one unit (units are only ever dropped whole).
+        2. Count exactly: every message at L0 (cached), the tool schemas, each rendered pin.
+           `budget = window − reserve − tools`; the floor (identity + task + pins + reply priming)
+           must fit it, else `ContextOverflowError`.
+        3. Select the strategy from the demand ratio (all at L0 / window). Passthrough is kept only
+           if everything fits; otherwise it escalates to tail_preserve.
+        4. Apply it. tail_preserve: tail = last `keep_recent` messages (widened to whole units),
+           middle messages scored for relevance to the task and graded L0–L3. llm_summarize: one
+           summary call replaces the middle (too small a middle, no room, no `summarize`, or a
+           failing call → tail_preserve, and the decision says so). aggressive_truncate: drop
+           everything before the last `aggressive_keep_turns` user turns.
+        5. Fit: while over budget, demote middle messages (least relevant first) one level at a time,
+           then drop middle units, then demote tail messages (oldest first), then drop tail units.
+           Identity, task and pins are never touched, so this always ends within budget.
+        6. Assemble identity, pins, then the rest in order; write one decision per input message
+           and per pin, and the report.
+        """
+        plan = self._layers(history, message_turns, list(tools or ()), pins)  # 1
+        self._count(plan)  # 2
+        self._select(plan)  # 3
+        await self._apply(plan, summarize)  # 4
+        self._fit_all(plan)  # 5
+        return self._assemble(plan, turn, step)  # 6
+
+    # -- the six steps of build() ---------------------------------------------------------------
+    def _layers(
+        self,
+        history: Sequence[Mapping[str, Any]],
+        message_turns: Sequence[int] | None,
+        tools: list[Mapping[str, Any]],
+        pins: Sequence[PinBlock],
+    ) -> _Plan:
+        """Step 1: layers and units."""
+        n = len(history)
+        k = 0
+        while k < n and history[k].get("role") == "system":
+            k += 1
+        task_idx: int | None = None
+        for i in range(n - 1, k - 1, -1):
+            if history[i].get("role") == "user":
+                task_idx = i
+                break
+        turns = self._turns(history, k, message_turns)
+        slots = [_Slot(i, m, self._info(m, turns[i])) for i, m in enumerate(history)]
+        units = _units(history, k)
+        for u, members in enumerate(units):
+            for i in members:
+                slots[i].unit = u
+        for i in range(k):
+            slots[i].region = "identity"
+        if task_idx is not None:
+            slots[task_idx].region = "task"
+        return _Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
+
+    def _count(self, plan: _Plan) -> None:
+        """Step 2: counts and the floor (identity + task + pins + reply priming must fit)."""
+        counter = self.counter
+        slots, k, task_idx = plan.slots, plan.k, plan.task_idx
+        plan.tools_tokens = tools_tokens = counter.count_tools(plan.tools)
+        reserve = self.budget.reserve
+        plan.budget_total = self.budget.for_messages(tools_tokens)
+        plan.pin_msgs = [render_pin(p) for p in plan.pins]
+        plan.pin_counts = [counter.count_message(m) for m in plan.pin_msgs]
+        plan.pin_tokens = pin_tokens = sum(plan.pin_counts)
+        identity_tokens = sum(s.l0 for s in slots[:k])
+        task_tokens = slots[task_idx].l0 if task_idx is not None else 0
+        floor = identity_tokens + task_tokens + pin_tokens + REPLY_PRIMING_TOKENS
+        if floor > plan.budget_total:
+            raise ContextOverflowError(
+                f"the minimum working set does not fit a context window of {self.context_window} tokens: "
+                f"identity {identity_tokens} + latest user message {task_tokens} + pins {pin_tokens} "
+                f"+ reply priming {REPLY_PRIMING_TOKENS} + tool schemas {tools_tokens} "
+                f"+ response reserve {reserve} = {floor + tools_tokens + reserve} tokens. "
+                "Shorten the message, unpin content, send fewer tools or raise context_window."
+            )
+
+    def _select(self, plan: _Plan) -> None:
+        """Step 3: strategy selection from the demand ratio; passthrough only if all fits at L0."""
+        history_l0 = sum(s.l0 for s in plan.slots)
+        plan.demand = history_l0 + REPLY_PRIMING_TOKENS + plan.pin_tokens + plan.tools_tokens
+        plan.demand_ratio = plan.demand / self.context_window
+        plan.requested = plan.used = self.strategy.select(plan.demand_ratio)
+        fits_at_l0 = history_l0 + REPLY_PRIMING_TOKENS + plan.pin_tokens <= plan.budget_total
+        if plan.requested == "passthrough" and not fits_at_l0:
+            plan.used = "tail_preserve"
+            plan.note = "passthrough requested but the history does not fit at L0; used tail_preserve"
+
+    async def _apply(self, plan: _Plan, summarize: Summarizer | None) -> None:
+        """Step 4: apply the strategy. `plan.fixed` = tokens of everything sent besides the input
+        messages."""
+        slots, k, task_idx = plan.slots, plan.k, plan.task_idx
+        plan.fixed = plan.pin_tokens + REPLY_PRIMING_TOKENS
+        if plan.used == "passthrough":
+            for s in slots[k:]:
+                if s.region != "task":
+                    s.reason = "passthrough"
+        elif plan.used == "aggressive_truncate":
+            self._aggressive(slots, k)
+        else:
+            tail_start = self._tail_start(slots, plan.units, k)
+            for s in slots[k:]:
+                if s.region == "middle" and s.index >= tail_start:
+                    s.region = "tail"
+            middle = [s for s in slots if s.region == "middle"]
+            if plan.used == "llm_summarize":
+                outcome = await self._try_summarize(slots, middle, plan.budget_total, plan.fixed, summarize)
+                (
+                    plan.summary_msg,
+                    plan.summary_call_made,
+                    plan.summary_error,
+                    plan.summary_request,
+                    fail_note,
+                ) = outcome
+                if plan.summary_msg is None:
+                    plan.used = "tail_preserve"
+                    plan.note = f"llm_summarize requested but {fail_note}; used tail_preserve"
+            if plan.used == "tail_preserve":
+                self._grade(slots, middle, task_idx)
+            for s in slots:
+                if s.region == "tail":
+                    s.reason = "tail_preserve_tail"
+
+        for s in slots[:k]:
+            s.reason = "identity"
+        if task_idx is not None:
+            slots[task_idx].reason = "task"
+
+    def _fit_all(self, plan: _Plan) -> None:
+        """Step 5: fit the budget (see `_fit`); drop the summary only as a safety net."""
+        slots, budget_total = plan.slots, plan.budget_total
+        summary_msg = plan.summary_msg
+        summary_tokens = self.counter.count_message(summary_msg) if summary_msg is not None else 0
+        total = plan.fixed + summary_tokens + sum(self._tokens(s) for s in slots if s.sent)
+        total = self._fit(slots, plan.units, total, budget_total)
+        if total > budget_total and summary_msg is not None:
+            # The summary was sized to fit beside the L0 tail, so this is only a safety net.
+            total -= summary_tokens
+            summary_tokens = 0
+            plan.summary_msg = None
+            for s in slots:
+                if s.outcome == "summarized":
+                    s.outcome, s.reason = "dropped", "dropped_to_fit"
+        if total > budget_total:  # pragma: no cover - the floor check makes this unreachable
+            raise ContextOverflowError(f"working set of {total} tokens exceeds budget {budget_total}")
+        plan.total, plan.summary_tokens = total, summary_tokens
+
+    def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
+        """Step 6: assemble identity, pins, then the rest in order; one decision per input message
+        and per pin, and the report."""
+        slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
+        messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
+        messages.extend(plan.pin_msgs)
+        placed_summary = False
+        for s in slots[k:]:
+            if s.outcome == "summarized" and not placed_summary and summary_msg is not None:
+                messages.append(summary_msg)
+                placed_summary = True
+            if s.sent:
+                messages.append(self._rendered(s))
+
+        # `total` was kept as a running sum of exact, additive counts, so it equals
+        # count_messages(messages) (tests check the identity) without recounting here.
+        budget_used = plan.total
+        decisions = [self._decision(s) for s in slots]
+        for j, p in enumerate(plan.pins):
+            decisions.append(
+                MessageDecision(
+                    index=k + j,
+                    role="system",
+                    outcome="kept",
+                    fidelity="L0",
+                    relevance_score=None,
+                    token_count_before=plan.pin_counts[j],
+                    token_count_after=plan.pin_counts[j],
+                    reason="pinned",
+                    pinned=True,
+                    pin_id=p.pin_id,
+                )
+            )
+
+        report = context_report(
+            plan, turn=turn, step=step, window=self.context_window, encoding=self.counter.encoding
+        )
+        compressed_count = sum(1 for s in slots if s.outcome != "kept")
+        decision = ContextDecision(
+            turn=turn,
+            step=step,
+            strategy=plan.used,
+            budget_total=plan.budget_total,
+            budget_used=budget_used,
+            budget_tools=plan.tools_tokens,
+            budget_reserve=self.budget.reserve,
+            messages_in=plan.n,
+            messages_out=len(messages),
+            compressed_count=compressed_count,
+            decisions=tuple(decisions),
+            explanation=explanation(plan, report),
+            report=report,
+        )
+        return WorkingSet(
+            messages=messages,
+            decision=decision,
+            prompt_tokens=budget_used + plan.tools_tokens,
+            summary_call_made=plan.summary_call_made,
+            summary_error=plan.summary_error,
+            summary_request=plan.summary_request,
+        )
+
+    # -- step 1 helpers -----------------------------------------------------------------------
+    @staticmethod
+    def _turns(history: Sequence[Mapping[str, Any]], k: int, given: Sequence[int] | None) -> list[int]:
+        if given is not None:
+            if len(given) != len(history):
+                raise ConfigError(f"message_turns has {len(given)} entries for {len(history)} messages")
+            return [int(t) for t in given]
+        turns = []
+        t = 0
+        for i, m in enumerate(history):
+            if i >= k and m.get("role") == "user":
+                t += 1
+            turns.append(max(t, 1))
+        return turns
+
+    # -- step 4 helpers -----------------------------------------------------------------------
+    def _tail_start(self, slots: list[_Slot], units: list[list[int]], k: int) -> int:
+        n = len(slots)
+        start = max(k, n - self.strategy.keep_recent)
+        if start < n:
+            start = units[slots[start].unit][0]
+        return start
+
+    def _aggressive(self, slots: list[_Slot], k: int) -> None:
+        user_idx = [s.index for s in slots[k:] if s.role == "user"]
+        keep = self.strategy.aggressive_keep_turns
+        cut = user_idx[-keep] if len(user_idx) >= keep else k
+        for s in slots[k:]:
+            if s.region == "task":
+                continue
+            if s.index >= cut:
+                s.region, s.reason = "tail", "aggressive_truncate_kept"
+            else:
+                s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
+
+    def _score(self, s: _Slot, goal: frozenset[str], position: float) -> float:
+        info = s.info
+        if info.keywords is None:
+            text = _scoring_text(info.msg)
+            info.alarm = _ALARM.search(text) is not None
+            info.keywords = _keywords(text)
+        score = _BASE_SCORE.get(s.role, 0.0)
+        if goal:
+            score += min(0.4, 0.1 * len(info.keywords & goal))
+        if info.alarm:
+            score += 0.3
+        # Newer messages win ties: up to +0.1 by position in the conversation.
+        score += 0.1 * position
+        return round(min(score, 1.0), 3)
+
+    def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
+        goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
+        n = max(len(slots) - 1, 1)
+        for s in middle:
+            if s.outcome != "kept":
+                continue
+            s.score = self._score(s, goal, s.index / n)
+            target = LEVELS.index(self.fidelity.grade(s.score))
+            rungs = s.info.rungs
+            while LEVELS.index(rungs[-1][0]) < target and self._extend(s.info):
+                pass
+            rung = 0
+            while rung + 1 < len(rungs) and LEVELS.index(rungs[rung + 1][0]) <= target:
+                rung += 1
+            s.rung = rung
+            if rung:
+                s.outcome, s.reason = "compressed", "tail_preserve_middle_compressed"
+            else:
+                s.reason = "tail_preserve_middle_kept"
+
+    async def _try_summarize(
+        self,
+        slots: list[_Slot],
+        middle: list[_Slot],
+        budget_total: int,
+        fixed: int,
+        summarize: Summarizer | None,
+    ) -> tuple[dict[str, Any] | None, bool, str | None, list[dict[str, Any]] | None, str]:
+        """One summary call replacing the middle. Returns (summary message or None, call made,
+        error, request, why-not note)."""
+        middle_tokens = sum(s.l0 for s in middle)
+        if summarize is None:
+            return None, False, None, None, "no summarizer is available"
+        if not middle:
+            return None, False, None, None, "there is no middle to summarize"
+        if middle_tokens < self.strategy.summarize_min_tokens:
+            return (
+                None,
+                False,
+                None,
+                None,
+                f"the middle holds only {middle_tokens} tokens (< summarize_min_tokens "
+                f"{self.strategy.summarize_min_tokens})",
+            )
+        rest = fixed + sum(s.l0 for s in slots if s.region != "middle")
+        header = self._summary_header(middle)
+        header_tokens = self.counter.count_message({"role": "system", "content": header + "\n"})
+        room = budget_total - rest - header_tokens
+        if room < _MIN_SUMMARY_TOKENS:
+            return None, False, None, None, f"only {max(room, 0)} tokens are free for a summary"
+        want = min(room, SUMMARY_MAX_TOKENS)
+        request = self._summary_request(slots, middle, want)
+        try:
+            text = await summarize(request)
+        except Exception as exc:  # any provider failure: fall back, and say so truthfully
+            err = f"{type(exc).__name__}: {exc}"
+            return None, True, err, request, f"the summary call failed ({err})"
+        if not isinstance(text, str) or not text.strip():
+            err = "empty summary"
+            return None, True, err, request, "the summary call returned no text"
+        # Trim an over-long reply at a token boundary until the message fits the room it was given.
+        limit = room + header_tokens
+        body = text.strip()
+        msg = {"role": "system", "content": f"{header}\n{body}"}
+        while (excess := self.counter.count_message(msg) - limit) > 0 and body:
+            body = self.counter.truncate_text(body, self.counter.count_text(body) - excess)
+            msg = {"role": "system", "content": f"{header}\n{body}"}
+        for s in middle:
+            s.outcome, s.reason = "summarized", "llm_summarized_into_single"
+        return msg, True, None, request, ""
+
+    @staticmethod
+    def _summary_header(middle: list[_Slot]) -> str:
+        first, last = middle[0].turn, middle[-1].turn
+        span = f"turn {first}" if first == last else f"turns {first}–{last}"
+        return f"[Earlier conversation — summary of {len(middle)} messages, {span}]"
+
+    @staticmethod
+    def _summary_request(slots: list[_Slot], middle: list[_Slot], want: int) -> list[dict[str, Any]]:
+        goal = next((_message_text(s.msg) for s in slots if s.region == "task"), "")
+        lines = []
+        for s in middle:
+            text = _scoring_text(s.msg)
+            if len(text) > _SUMMARY_LINE_CHARS:
+                text = text[:_SUMMARY_LINE_CHARS] + "..."
+            lines.append(f"[{s.role} · turn {s.turn}] {text}")
+        prompt = (
+            f"Summarize this earlier part of a conversation in at most {want} tokens "
+            f"(about {want * 3} characters). Keep facts, numbers, names, identifiers, decisions and "
+            "open questions; drop pleasantries.\n"
+            f"Current request: {goal}\n\n" + "\n".join(lines)
+        )
+        return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": prompt}]
+
+    # -- per-message cache and fidelity ladder ------------------------------------------------
+    def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
+        key = self.counter.message_key(msg)
+        calls = msg.get("tool_calls")
+        # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
+        ids = tuple(tc.get("id") for tc in calls if isinstance(tc, Mapping)) if calls else None
+        ikey = (key, turn, ids)
+        with self._lock:
+            info = self._infos.get(ikey)
+            if info is not None:
+                self._infos.move_to_end(ikey)
+                return info
+        # A shallow snapshot: a caller mutating its dict later must not change cached renders.
+        info = _MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
+        with self._lock:
+            self._infos[ikey] = info
+            if len(self._infos) > _INFO_CACHE_SIZE:
+                self._infos.popitem(last=False)
+        return info
+
+    def _extend(self, info: _MessageInfo) -> bool:
+        """Render the next fidelity level that is strictly smaller than the last rung; False when
+        there is none (the message cannot shrink further and can only be dropped)."""
+        with self._lock:
+            while info.probe < len(LEVELS):
+                level = LEVELS[info.probe]
+                info.probe += 1
+                rendered = self.fidelity.render(info.msg, level, turn=info.turn, tokens=info.rungs[0][2])
+                tokens = self.counter.count_message(rendered)
+                if tokens < info.rungs[-1][2]:
+                    info.rungs.append((level, rendered, tokens))
+                    return True
+            return False
+
+    def _tokens(self, s: _Slot) -> int:
+        return s.tokens
+
+    def _rendered(self, s: _Slot) -> dict[str, Any]:
+        rendered = s.info.rungs[s.rung][1]
+        # L0 sends this step's own message; lower levels a copy of the cached render.
+        return dict(s.msg) if rendered is None else dict(rendered)
+
+    # -- step 5 -------------------------------------------------------------------------------
+    def _fit(self, slots: list[_Slot], units: list[list[int]], total: int, budget: int) -> int:
+        if total <= budget:
+            return total
+        middle = [s for s in slots if s.region == "middle" and s.sent]
+        tail = [s for s in slots if s.region == "tail" and s.sent]
+
+        def demote(order: list[_Slot], reason: str) -> None:
+            nonlocal total
+            for s in order:
+                rungs = s.info.rungs
+                while total > budget and (s.rung + 1 < len(rungs) or self._extend(s.info)):
+                    before = self._tokens(s)
+                    s.rung += 1
+                    total -= before - self._tokens(s)
+                    s.outcome, s.reason = "compressed", reason
+                if total <= budget:
+                    return
+
+        def drop(unit_order: list[list[int]], reason: str) -> None:
+            nonlocal total
+            for members in unit_order:
+                if total <= budget:
+                    return
+                for i in members:
+                    s = slots[i]
+                    if s.sent:
+                        total -= self._tokens(s)
+                        s.outcome, s.reason = "dropped", reason
+                        s.rung = 0
+
+        def score(s: _Slot) -> float:
+            return s.score if s.score is not None else 0.0
+
+        # a. demote middle, least relevant (then oldest) first
+        demote(sorted(middle, key=lambda s: (score(s), s.index)), "tail_preserve_middle_compressed")
+        # b. drop middle units, least relevant (best member) first
+        mid_units = sorted(
+            {s.unit for s in middle},
+            key=lambda u: (max(score(slots[i]) for i in units[u]), units[u][0]),
+        )
+        drop(
+            [[i for i in units[u] if slots[i].region == "middle"] for u in mid_units],
+            "tail_preserve_middle_dropped",
+        )
+        # c. demote tail, oldest first
+        demote(tail, "demoted_to_fit")
+        # d. drop tail units, oldest first
+        tail_units = sorted({s.unit for s in tail}, key=lambda u: units[u][0])
+        drop([[i for i in units[u] if slots[i].region == "tail"] for u in tail_units], "dropped_to_fit")
+        return total
+
+    # -- step 6 -------------------------------------------------------------------------------
+    def _decision(self, s: _Slot) -> MessageDecision:
+        sent = s.sent
+        level = s.level if sent else None
+        return MessageDecision(
+            index=s.index,
+            role=s.role,
+            outcome=s.outcome,
+            fidelity=level,
+            relevance_score=s.score,
+            token_count_before=s.l0,
+            token_count_after=self._tokens(s) if sent else 0,
+            reason=s.reason,
+        )

@@ -1,0 +1,473 @@
+"""The working set's configuration and records: fidelity levels, strategies, the budget, pin
+blocks, and the decision and report a build leaves behind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import ConfigError
+
+StrategyName = Literal["passthrough", "tail_preserve", "llm_summarize", "aggressive_truncate"]
+Outcome = Literal["kept", "compressed", "dropped", "summarized"]
+Summarizer = Callable[[list[dict[str, Any]]], Awaitable[str]]
+
+STRATEGIES: tuple[str, ...] = ("passthrough", "tail_preserve", "llm_summarize", "aggressive_truncate")
+LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
+
+#: Every `MessageDecision.reason` the builder writes.
+REASONS: tuple[str, ...] = (
+    "identity",  # leading system message, always L0
+    "task",  # the latest user message, always L0
+    "pinned",  # a pin block, always L0
+    "passthrough",  # everything fits under the passthrough threshold
+    "tail_preserve_tail",  # one of the `keep_recent` last messages, kept at L0
+    "tail_preserve_middle_kept",  # middle message relevant enough to stay at L0
+    "tail_preserve_middle_compressed",  # middle message graded / demoted to L1-L3
+    "tail_preserve_middle_dropped",  # middle message (with its tool pair) dropped to fit
+    "llm_summarized_into_single",  # replaced by the one summary message
+    "aggressive_truncate_kept",  # within the last `aggressive_keep_turns` turns
+    "aggressive_truncate_drop",  # before them
+    "demoted_to_fit",  # a tail message demoted because head + tail alone did not fit
+    "dropped_to_fit",  # a tail message (with its tool pair) dropped for the same reason
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fidelity:
+    """How messages are rendered at each fidelity level, and how relevance grades them.
+
+    - L0: the original message, unchanged.
+    - L1: the first `l1_chars` characters of its text (+ "..."); tool-call arguments longer than that
+      become `{"_compressed": "<first l1_chars chars>..."}` (still valid JSON).
+    - L2: `"[compressed] "` + the first `l2_chars` characters (+ "..."); arguments likewise.
+    - L3: a one-line stub, `"[assistant · turn 3] (earlier message, 1,204 tokens)"`; arguments `"{}"`.
+
+    Every level keeps the role, `name`, `tool_call_id`, and each tool call's `id` and function name,
+    so a compressed history is still a valid OpenAI request. A level is only used when it is strictly
+    smaller than the level above it (a stub can be longer than a short message).
+
+    Initial grade from the relevance score: `>= l0_min_score` L0, `>= l1_min_score` L1,
+    `>= l2_min_score` L2, else L3.
+
+    Examples:
+
+        >>> Fidelity()
+        Fidelity(l1_chars=300, l2_chars=80, l0_min_score=0.7, l1_min_score=0.4, l2_min_score=0.2)
+        >>> Fidelity(l1_chars=500).render({"role": "user", "content": "hi"}, "L3", turn=2, tokens=5)
+        {'role': 'user', 'content': '[user · turn 2] (earlier message, 5 tokens)'}
+        >>> Fidelity().grade(0.5)
+        'L1'
+    """
+
+    l1_chars: int = 300
+    l2_chars: int = 80
+    l0_min_score: float = 0.7
+    l1_min_score: float = 0.4
+    l2_min_score: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.l1_chars < 1 or self.l2_chars < 1:
+            raise ConfigError("Fidelity l1_chars and l2_chars must be at least 1")
+        if not self.l0_min_score >= self.l1_min_score >= self.l2_min_score:
+            raise ConfigError("Fidelity scores must satisfy l0_min_score >= l1_min_score >= l2_min_score")
+
+    def grade(self, score: float) -> str:
+        """The initial fidelity level for a relevance score."""
+        if score >= self.l0_min_score:
+            return "L0"
+        if score >= self.l1_min_score:
+            return "L1"
+        if score >= self.l2_min_score:
+            return "L2"
+        return "L3"
+
+    def render(self, msg: Mapping[str, Any], level: str, *, turn: int, tokens: int) -> dict[str, Any]:
+        """`msg` at `level`. `turn` and `tokens` (its L0 token count) appear in the L3 stub."""
+        if level == "L0":
+            return dict(msg)
+        role = str(msg.get("role") or "user")
+        out: dict[str, Any] = {"role": role}
+        if level == "L3":
+            what = "earlier tool result" if role == "tool" else "earlier message"
+            out["content"] = f"[{role} · turn {turn}] ({what}, {tokens:,} tokens)"
+            arg_chars = 0
+        else:
+            limit = self.l1_chars if level == "L1" else self.l2_chars
+            text = _message_text(msg)
+            cut = text[:limit] + ("..." if len(text) > limit else "")
+            out["content"] = cut if level == "L1" else f"[compressed] {cut}"
+            arg_chars = limit
+        for key in ("name", "tool_call_id"):
+            if key in msg:
+                out[key] = msg[key]
+        if msg.get("tool_calls"):
+            out["tool_calls"] = [_compress_tool_call(tc, arg_chars) for tc in msg["tool_calls"]]
+        return out
+
+
+@dataclass(frozen=True)
+class ContextStrategy:
+    """Which strategy runs, chosen by the *demand ratio*: the prompt tokens the step would need if
+    every message were sent at L0 (history + pins + tools) divided by the context window.
+
+    `demand < passthrough_below` → passthrough (if it also fits the budget; otherwise tail_preserve),
+    `< tail_preserve_below` → tail_preserve, `< llm_summarize_below` → llm_summarize, else
+    aggressive_truncate. `force` pins one strategy regardless of demand (it is still escalated if
+    passthrough would not fit). `keep_recent` messages at the end are the tail (widened to whole tool
+    pairs); `aggressive_keep_turns` user turns survive aggressive truncation; `summarize_min_tokens`
+    is the least middle size worth a summary call.
+
+    Examples:
+
+        >>> ContextStrategy().select(0.62)
+        'tail_preserve'
+        >>> ContextStrategy(passthrough_below=0.7).select(0.62)
+        'passthrough'
+        >>> ContextStrategy(force="aggressive_truncate").select(0.01)
+        'aggressive_truncate'
+    """
+
+    passthrough_below: float = 0.5
+    tail_preserve_below: float = 0.75
+    llm_summarize_below: float = 0.9
+    keep_recent: int = 6
+    aggressive_keep_turns: int = 2
+    summarize_min_tokens: int = 2000
+    force: StrategyName | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.passthrough_below <= self.tail_preserve_below <= self.llm_summarize_below:
+            raise ConfigError(
+                "ContextStrategy thresholds must satisfy 0 <= passthrough_below <= tail_preserve_below "
+                f"<= llm_summarize_below, got {self.passthrough_below}, {self.tail_preserve_below}, "
+                f"{self.llm_summarize_below}"
+            )
+        if self.keep_recent < 0:
+            raise ConfigError(f"keep_recent must be >= 0, got {self.keep_recent}")
+        if self.aggressive_keep_turns < 1:
+            raise ConfigError(f"aggressive_keep_turns must be >= 1, got {self.aggressive_keep_turns}")
+        if self.summarize_min_tokens < 0:
+            raise ConfigError(f"summarize_min_tokens must be >= 0, got {self.summarize_min_tokens}")
+        if self.force is not None and self.force not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {self.force!r}; expected one of {', '.join(STRATEGIES)}")
+
+    def select(self, demand_ratio: float) -> str:
+        """The strategy for a demand ratio (before the fit check)."""
+        if self.force is not None:
+            return self.force
+        if demand_ratio < self.passthrough_below:
+            return "passthrough"
+        if demand_ratio < self.tail_preserve_below:
+            return "tail_preserve"
+        if demand_ratio < self.llm_summarize_below:
+            return "llm_summarize"
+        return "aggressive_truncate"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The context window and the tokens kept free for the reply.
+
+    `response_reserve=None` means `min(4096, context_window // 4)`: OpenAI-style models need room
+    for the answer, but a small local window should not lose more than a quarter of itself to it.
+
+    Examples:
+
+        >>> Budget(128_000).reserve
+        4096
+        >>> Budget(8000).reserve
+        2000
+        >>> Budget(8000, response_reserve=500).for_messages(tools_tokens=300)
+        7200
+    """
+
+    context_window: int
+    response_reserve: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.context_window < 1:
+            raise ConfigError(f"context_window must be positive, got {self.context_window}")
+        if self.response_reserve is not None and not 0 <= self.response_reserve < self.context_window:
+            raise ConfigError(
+                f"response_reserve must be in [0, context_window), got {self.response_reserve} "
+                f"for a window of {self.context_window}"
+            )
+
+    @property
+    def reserve(self) -> int:
+        if self.response_reserve is not None:
+            return self.response_reserve
+        return min(4096, self.context_window // 4)
+
+    def for_messages(self, tools_tokens: int) -> int:
+        """Tokens all messages of a request (pins and reply priming included) may use."""
+        return self.context_window - self.reserve - tools_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Pins
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PinBlock:
+    """An active pin as the builder renders it. `pin_id` is `p_` + 8 hex."""
+
+    pin_id: str
+    label: str | None
+    content: str
+
+
+def render_pin(pin: PinBlock) -> dict[str, Any]:
+    """The system message a pin is sent as, showing its id (so the model can `unpin` it) and label.
+
+    >>> render_pin(PinBlock("p_a1b2c3d4", "key facts", "Budget is 40k."))
+    {'role': 'system', 'content': '[pinned p_a1b2c3d4 · key facts]\\nBudget is 40k.'}
+    >>> render_pin(PinBlock("p_a1b2c3d4", None, "x"))["content"]
+    '[pinned p_a1b2c3d4]\\nx'
+    """
+    header = f"[pinned {pin.pin_id} · {pin.label}]" if pin.label else f"[pinned {pin.pin_id}]"
+    return {"role": "system", "content": f"{header}\n{pin.content}"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions and report
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MessageDecision:
+    """What the builder did with one input message (or one pin block)."""
+
+    index: int
+    role: str
+    outcome: Outcome
+    fidelity: str | None
+    relevance_score: float | None
+    token_count_before: int
+    token_count_after: int
+    reason: str
+    pinned: bool = False
+    pin_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trace shape; `pinned` / `pin_id` only appear on pin blocks (as docs/trace-format.md)."""
+        d: dict[str, Any] = {
+            "index": self.index,
+            "role": self.role,
+            "outcome": self.outcome,
+            "fidelity": self.fidelity,
+            "relevance_score": self.relevance_score,
+            "token_count_before": self.token_count_before,
+            "token_count_after": self.token_count_after,
+            "reason": self.reason,
+        }
+        if self.pinned:
+            d["pinned"] = True
+            d["pin_id"] = self.pin_id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> MessageDecision:
+        return cls(
+            index=int(d["index"]),
+            role=str(d["role"]),
+            outcome=d["outcome"],
+            fidelity=d.get("fidelity"),
+            relevance_score=d.get("relevance_score"),
+            token_count_before=int(d.get("token_count_before") or 0),
+            token_count_after=int(d.get("token_count_after") or 0),
+            reason=str(d.get("reason") or ""),
+            pinned=bool(d.get("pinned", False)),
+            pin_id=d.get("pin_id"),
+        )
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    """Budget figures of one step. `utilization` is the one utilization figure: `total_tokens /
+    window_size`, where `total_tokens` = tokens of the messages really sent (pins, summary and reply
+    priming included) + tool schemas. `demand_ratio` is what strategy selection used: the same
+    figure had every message been sent at L0. `tokens_by_layer` sums to `total_tokens` (reply
+    priming is counted in `working`). Keys shared with Arcana's ContextReport keep Arcana's names."""
+
+    turn: int
+    step: int
+    strategy_used: str
+    strategy_requested: str
+    strategy_note: str | None
+    window_size: int
+    budget: int
+    total_tokens: int
+    utilization: float
+    demand_tokens: int
+    demand_ratio: float
+    identity_tokens: int
+    task_tokens: int
+    tools_tokens: int
+    pin_tokens: int
+    history_tokens: int
+    summary_tokens: int
+    compression_applied: bool
+    compression_savings: int
+    messages_compressed: int
+    fidelity_distribution: dict[str, int]
+    tokens_by_layer: dict[str, int]
+    encoding: str
+    tools_loaded: int
+    pinned_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "turn": self.turn,
+            "step": self.step,
+            "strategy_used": self.strategy_used,
+            "strategy_requested": self.strategy_requested,
+            "strategy_note": self.strategy_note,
+            "total_tokens": self.total_tokens,
+            "identity_tokens": self.identity_tokens,
+            "task_tokens": self.task_tokens,
+            "tools_tokens": self.tools_tokens,
+            "history_tokens": self.history_tokens,
+            "memory_tokens": 0,
+            "pin_tokens": self.pin_tokens,
+            "summary_tokens": self.summary_tokens,
+            "compression_applied": self.compression_applied,
+            "compression_savings": self.compression_savings,
+            "messages_compressed": self.messages_compressed,
+            "window_size": self.window_size,
+            "budget": self.budget,
+            "utilization": self.utilization,
+            "demand_tokens": self.demand_tokens,
+            "demand_ratio": self.demand_ratio,
+            "tool_results_pruned": 0,
+            "tool_results_tokens_saved": 0,
+            "fidelity_distribution": dict(self.fidelity_distribution),
+            "tokens_by_layer": dict(self.tokens_by_layer),
+            "encoding": self.encoding,
+            "tools_loaded": self.tools_loaded,
+            "tools_available": self.tools_loaded,
+            "skills_loaded": 0,
+            "skills_available": 0,
+            "skills_tokens": 0,
+            "pinned_count": self.pinned_count,
+        }
+
+
+@dataclass(frozen=True)
+class ContextDecision:
+    """The builder's record of one step. `budget_total` = window − reserve − tools (what all messages,
+    pins included, may use); `budget_used` = tokens of the messages sent (pins, summary, reply priming
+    included), always `<= budget_total`. `compressed_count` = input messages not sent at L0
+    (compressed, summarized or dropped)."""
+
+    turn: int
+    step: int
+    strategy: str
+    budget_total: int
+    budget_used: int
+    budget_tools: int
+    budget_reserve: int
+    messages_in: int
+    messages_out: int
+    compressed_count: int
+    decisions: tuple[MessageDecision, ...]
+    explanation: str
+    report: ContextReport
+
+    @property
+    def history_compressed(self) -> bool:
+        return self.compressed_count > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """`metadata.context_decision` of a `context_decision` trace event (docs/trace-format.md)."""
+        return {
+            "turn": self.turn,
+            "step": self.step,
+            "strategy": self.strategy,
+            "budget_total": self.budget_total,
+            "budget_used": self.budget_used,
+            "budget_tools": self.budget_tools,
+            "budget_reserve": self.budget_reserve,
+            "messages_in": self.messages_in,
+            "messages_out": self.messages_out,
+            "compressed_count": self.compressed_count,
+            "memory_injected": False,
+            "history_compressed": self.history_compressed,
+            "decisions": [d.to_dict() for d in self.decisions],
+            "skill_selections": [],
+            "compressed_messages": [],
+            "explanation": self.explanation,
+        }
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The whole `metadata` of a `context_decision` event except `producer`, `turn`, `step` and
+        `source_agent`, which the session adds: the decision, Arcana's top-level back-compat copies
+        and `context_report`."""
+        return {
+            "context_decision": self.to_dict(),
+            "explanation": self.explanation,
+            "compressed_count": self.compressed_count,
+            "messages_in": self.messages_in,
+            "messages_out": self.messages_out,
+            "context_report": self.report.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    """The result of one build. `messages` go to the provider as they are, with `tools`.
+    `prompt_tokens` = `count_messages(messages) + count_tools(tools)` (exact).
+    `summary_call_made` is true when `summarize` was awaited (even if it failed);
+    `summary_error` then says why it failed, and `summary_request` is what it was given."""
+
+    messages: list[dict[str, Any]]
+    decision: ContextDecision
+    prompt_tokens: int
+    summary_call_made: bool = False
+    summary_error: str | None = None
+    summary_request: list[dict[str, Any]] | None = None
+
+    @property
+    def report(self) -> ContextReport:
+        return self.decision.report
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def _message_text(msg: Mapping[str, Any]) -> str:
+    content = msg.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text") or ""))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return str(content)
+
+
+def _compress_tool_call(tc: Any, arg_chars: int) -> Any:
+    """A tool call with its id and function name kept and its arguments shortened to valid JSON."""
+    if not isinstance(tc, Mapping):
+        return tc
+    out = dict(tc)
+    fn = tc.get("function")
+    if isinstance(fn, Mapping):
+        fn2 = dict(fn)
+        args = fn.get("arguments")
+        args = args if isinstance(args, str) else json.dumps(args or {})
+        if arg_chars == 0:
+            fn2["arguments"] = "{}"
+        elif len(args) > arg_chars:
+            fn2["arguments"] = json.dumps({"_compressed": args[:arg_chars] + "..."}, ensure_ascii=False)
+        out["function"] = fn2
+    return out

@@ -1,0 +1,132 @@
+"""The plan of one `build()` (what each numbered step found) and the report and one-line
+explanation it leaves behind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import LEVELS, ContextReport, PinBlock
+from .slots import _Slot
+
+
+@dataclass
+class _Plan:
+    """What one `build()` call knows so far; each numbered step fills in its part."""
+
+    # Step 1: layers and units.
+    n: int
+    k: int  # number of leading identity (system) messages
+    task_idx: int | None
+    slots: list[_Slot]
+    units: list[list[int]]
+    tools: list[Mapping[str, Any]]
+    pins: Sequence[PinBlock]
+    # Step 2: counts.
+    tools_tokens: int = 0
+    budget_total: int = 0
+    pin_msgs: list[dict[str, Any]] = field(default_factory=list)
+    pin_counts: list[int] = field(default_factory=list)
+    pin_tokens: int = 0
+    # Step 3: strategy.
+    demand: int = 0
+    demand_ratio: float = 0.0
+    requested: str = ""
+    used: str = ""
+    note: str | None = None
+    # Step 4: the strategy applied.
+    fixed: int = 0
+    summary_msg: dict[str, Any] | None = None
+    summary_call_made: bool = False
+    summary_error: str | None = None
+    summary_request: list[dict[str, Any]] | None = None
+    # Step 5: fitted.
+    total: int = 0
+    summary_tokens: int = 0
+
+
+def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: str) -> ContextReport:
+    """The `ContextReport` of a fitted plan (after step 5); `budget_used` is `plan.total`."""
+    slots, k, task_idx = plan.slots, plan.k, plan.task_idx
+    budget_used, tools_tokens, pin_count = plan.total, plan.tools_tokens, len(plan.pin_msgs)
+    summary_tokens = plan.summary_tokens
+    identity = sum(s.l0 for s in slots[:k])
+    task = slots[task_idx].l0 if task_idx is not None else 0
+    working = budget_used - identity - task
+    total = budget_used + tools_tokens
+    dist = {lvl: 0 for lvl in LEVELS}
+    dist["L0"] += pin_count
+    sent_input = 0
+    for s in slots:
+        if s.sent:
+            dist[s.level] += 1
+            sent_input += s.tokens
+    l0_total = sum(s.l0 for s in slots)
+    return ContextReport(
+        turn=turn,
+        step=step,
+        strategy_used=plan.used,
+        strategy_requested=plan.requested,
+        strategy_note=plan.note,
+        window_size=window,
+        budget=plan.budget_total,
+        total_tokens=total,
+        utilization=round(total / window, 6),
+        demand_tokens=plan.demand,
+        demand_ratio=round(plan.demand_ratio, 6),
+        identity_tokens=identity,
+        task_tokens=task,
+        tools_tokens=tools_tokens,
+        pin_tokens=plan.pin_tokens,
+        history_tokens=sent_input - identity + summary_tokens,
+        summary_tokens=summary_tokens,
+        compression_applied=any(s.outcome != "kept" for s in slots),
+        compression_savings=l0_total - sent_input - summary_tokens,
+        messages_compressed=sum(1 for s in slots if s.outcome != "kept"),
+        fidelity_distribution=dist,
+        tokens_by_layer={
+            "identity": identity,
+            "task": task,
+            "working": working,
+            "external": tools_tokens,
+        },
+        encoding=encoding,
+        tools_loaded=len(plan.tools),
+        pinned_count=pin_count,
+    )
+
+
+def explanation(plan: _Plan, report: ContextReport) -> str:
+    """The decision's one-line explanation: what the strategy did, with the budget figures."""
+    slots, used, note = plan.slots, plan.used, plan.note
+    budget_used, budget_total, pin_count = plan.total, plan.budget_total, len(plan.pin_msgs)
+    pct = round(report.utilization * 100)
+    figures = f"budget {budget_used}/{budget_total} tokens ({pct}% of the window)"
+    compressed = sum(1 for s in slots if s.outcome == "compressed")
+    dropped = sum(1 for s in slots if s.outcome == "dropped")
+    summarized = sum(1 for s in slots if s.outcome == "summarized")
+    if used == "passthrough":
+        text = f"Under budget, all {len(slots)} messages kept; {figures}"
+    elif used == "aggressive_truncate":
+        kept = sum(1 for s in slots if s.sent)
+        text = f"Aggressive truncate: kept identity + last turns ({kept} messages), {dropped} dropped"
+        if compressed:
+            text += f", {compressed} compressed"
+        text += f"; {figures}"
+    elif used == "llm_summarize":
+        text = f"{summarized} messages LLM-summarized into 1 ({report.summary_tokens} tokens)"
+        if compressed or dropped:
+            text += f", {compressed} compressed, {dropped} dropped"
+        text += f"; {figures}"
+    else:
+        squeezed = [s for s in slots if s.outcome == "compressed"]
+        before = sum(s.l0 for s in squeezed)
+        after = sum(s.info.rungs[s.rung][2] for s in squeezed)
+        ratio = before / after if after else 1.0
+        text = f"{compressed} messages fidelity-compressed ({ratio:.1f}x), {dropped} dropped; {figures}"
+    if pin_count:
+        text += f"; {pin_count} pinned block{'s' if pin_count != 1 else ''} ({report.pin_tokens} tokens)"
+    if note:
+        text = f"{note}. {text}"
+    return text

@@ -1,0 +1,130 @@
+"""Per-message bookkeeping of one build: message text and keywords for relevance, the fidelity
+ladder's inputs (`_MessageInfo`), the mutable `_Slot` of each input message, and tool-call units."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .records import Outcome, _message_text
+
+_WORD = re.compile(r"[a-zA-Z_]\w{2,}")
+_ALARM = re.compile(r"error|failed|recovery|exception", re.IGNORECASE)
+_BASE_SCORE = {"tool": 0.5, "assistant": 0.3, "user": 0.2}
+
+
+# Words too common to say two messages are about the same thing.
+_STOPWORDS = frozenset(
+    "the and for you are was were with that this have has had not but all any can from they them their "
+    "there what when where which who will would should could about into than then also just like some "
+    "our your its his her she him how why yes please thanks thank been being does did done".split()
+)
+
+
+@functools.lru_cache(maxsize=32_768)
+def _keywords(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower())) - _STOPWORDS
+
+
+def _scoring_text(msg: Mapping[str, Any]) -> str:
+    text = _message_text(msg)
+    calls = msg.get("tool_calls")
+    if calls:
+        bits = [text]
+        for tc in calls:
+            fn = tc.get("function") if isinstance(tc, Mapping) else None
+            if isinstance(fn, Mapping):
+                bits.append(f"{fn.get('name') or ''} {fn.get('arguments') or ''}")
+        text = " ".join(bits)
+    return text
+
+
+Rung = tuple[str, dict[str, Any] | None, int]
+
+
+class _MessageInfo:
+    """What the builder knows about one message that does not change from step to step: its L0
+    count, its fidelity ladder (levels rendered so far, strictly decreasing in tokens; extended
+    lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
+    builder, so a steady-state step neither re-renders nor re-counts old messages."""
+
+    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm")
+
+    def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
+        self.msg = msg
+        self.turn = turn
+        self.rungs: list[Rung] = [("L0", None, l0)]
+        self.probe = 1  # index in LEVELS of the next level to try
+        self.keywords: frozenset[str] | None = None
+        self.alarm = False
+
+
+class _Slot:
+    """Builder-internal state of one input message in one build."""
+
+    __slots__ = (
+        "index",
+        "msg",
+        "role",
+        "turn",
+        "l0",
+        "info",
+        "region",
+        "unit",
+        "score",
+        "rung",
+        "outcome",
+        "reason",
+    )
+
+    def __init__(self, index: int, msg: Mapping[str, Any], info: _MessageInfo) -> None:
+        self.index = index
+        self.msg = msg
+        self.role = str(msg.get("role") or "")
+        self.turn = info.turn
+        self.l0 = info.rungs[0][2]
+        self.info = info
+        self.region = "middle"
+        self.unit = -1
+        self.score: float | None = None
+        self.rung = 0  # position in info.rungs currently used
+        self.outcome: Outcome = "kept"
+        self.reason = ""
+
+    @property
+    def level(self) -> str:
+        return self.info.rungs[self.rung][0]
+
+    @property
+    def sent(self) -> bool:
+        return self.outcome in ("kept", "compressed")
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of this message at its current level."""
+        return self.info.rungs[self.rung][2]
+
+
+def _units(history: Sequence[Mapping[str, Any]], start: int) -> list[list[int]]:
+    """Partition `history[start:]` into units: an assistant message with `tool_calls` together with
+    the tool messages right after it that answer those calls; every other message alone. Units
+    before `start` (identity) are singletons."""
+    units: list[list[int]] = [[i] for i in range(start)]
+    n = len(history)
+    i = start
+    while i < n:
+        m = history[i]
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if calls:
+            ids = {tc.get("id") for tc in calls if isinstance(tc, Mapping)}
+            j = i + 1
+            while j < n and history[j].get("role") == "tool" and history[j].get("tool_call_id") in ids:
+                j += 1
+            units.append(list(range(i, j)))
+            i = j
+        else:
+            units.append([i])
+            i += 1
+    return units
