@@ -11,8 +11,8 @@ never an exception.
     >>> reader.messages_for_turn(run_id, turn=1)      # the conversation messages of turn 1 (our traces)
     >>> reader.line_errors                            # every skipped line so far, with its 1-based number
 
-The normalisation is also a pure function, `normalize_events(events)`, for callers that hold events in
-memory (the server's ingestion works on batches).
+What the events mean (numbering, pins, outcomes, failures) is `runtime.facts`; this module reads files
+and groups their events by run.
 
 Numbering, for both producers (DESIGN.md §1): turns and steps are 1-based. Our runtime writes
 `metadata.turn` / `metadata.step` on every event of a step. For Arcana 1.2 files each LLM iteration is a
@@ -25,13 +25,27 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ._trace import PRODUCER, TraceEvent, decode_jsonl_line, parse_timestamp
 from .errors import TraceFormatError
+
+# What events mean is `runtime.facts`; these names stay importable from here for older callers.
+from .facts import (
+    ARCANA_PRODUCER,
+    NormalizedEvent,
+    PinLifetime,
+    StepView,
+    TurnView,
+    active_pins,
+    build_steps,
+    normalize_events,
+    pin_active_at,
+    pin_lifetimes,
+)
 
 __all__ = [
     "ARCANA_PRODUCER",
@@ -47,11 +61,9 @@ __all__ = [
     "build_steps",
     "messages_for_steps",
     "normalize_events",
+    "pin_active_at",
     "pin_lifetimes",
 ]
-
-#: The producer name the reader gives to events without `metadata.producer` (arcana-agent 1.2).
-ARCANA_PRODUCER = "arcana-1.2"
 
 
 class RunNotFound(KeyError):
@@ -79,101 +91,6 @@ class LineError:
     def __str__(self) -> str:
         where = self.path if self.line == 0 else f"{self.path}:{self.line}"
         return f"{where}: {self.error}"
-
-
-@dataclass(frozen=True)
-class NormalizedEvent:
-    """One event with the numbering both producers share.
-
-    `index` is the 1-based position in the input (file order). `turn`/`step` are 1-based, or None
-    for events outside any step (`history_seeded`, unknown types with no link). `step_key` identifies
-    the step (the `step_id` of its `turn` event when known); `agent` is the pool agent or None.
-    """
-
-    index: int
-    event: TraceEvent
-    turn: int | None
-    step: int | None
-    agent: str | None
-    step_key: str | None
-    producer: str
-
-    @property
-    def event_type(self) -> str:
-        return self.event.event_type
-
-
-@dataclass
-class StepView:
-    """One LLM call and what surrounds it: decision, snapshot, `turn` event, tool/primitive/LLM calls."""
-
-    agent: str | None
-    turn: int
-    step: int
-    step_id: str | None = None
-    context_decision: TraceEvent | None = None
-    prompt_snapshot: TraceEvent | None = None
-    turn_event: TraceEvent | None = None
-    tool_calls: list[TraceEvent] = field(default_factory=list)
-    primitive_calls: list[TraceEvent] = field(default_factory=list)
-    llm_calls: list[TraceEvent] = field(default_factory=list)
-    errors: list[TraceEvent] = field(default_factory=list)
-    other: list[TraceEvent] = field(default_factory=list)
-    events: list[NormalizedEvent] = field(default_factory=list)
-
-
-@dataclass
-class TurnView:
-    """The steps of one turn of one agent, in order."""
-
-    agent: str | None
-    turn: int
-    steps: list[StepView] = field(default_factory=list)
-
-
-def pin_active_at(created_turn: int, until_turn: int | None, unpinned_turn: int | None, turn: int) -> bool:
-    """Whether a pin is in effect at `turn` (DESIGN.md §1): created ≤ t, not unpinned before t (an
-    unpin in turn t still counts: the pin was rendered in that turn's steps), `until_turn` null or ≥ t.
-    The one statement of the rule for traces read from files and for stored pins alike."""
-    return (
-        created_turn <= turn
-        and (unpinned_turn is None or unpinned_turn >= turn)
-        and (until_turn is None or turn <= until_turn)
-    )
-
-
-@dataclass(frozen=True)
-class PinLifetime:
-    """A pin seen in the trace: when it was made, until when it was asked to live, when it was removed.
-
-    `tokens` is the size of the rendered pinned block when the trace says it (our `metadata.tokens`,
-    or the `[PIN]` decision of a working set that rendered it), else None.
-    """
-
-    pin_id: str
-    label: str | None
-    content: str | None
-    tokens: int | None
-    created_turn: int
-    until_turn: int | None
-    unpinned_turn: int | None
-    agent: str | None = None
-    created_step: int | None = None
-
-    def is_active_at(self, turn: int) -> bool:
-        return pin_active_at(self.created_turn, self.until_turn, self.unpinned_turn, turn)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pin_id": self.pin_id,
-            "label": self.label,
-            "content": self.content,
-            "tokens": self.tokens,
-            "created_turn": self.created_turn,
-            "until_turn": self.until_turn,
-            "unpinned_turn": self.unpinned_turn,
-            "agent": self.agent,
-        }
 
 
 @dataclass(frozen=True)
@@ -209,260 +126,6 @@ class RunSummary:
             "started": self.started,
             "producer": self.producer,
         }
-
-
-# --------------------------------------------------------------------------------------------------
-# Normalisation (pure)
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
-    """Give every event its 1-based turn, step and agent, keeping the input order.
-
-    1. Ours (`metadata.producer == "arcana-console"`): `metadata.turn` / `metadata.step`.
-    2. `turn` events of Arcana 1.2: turn = `metadata.step + 1` (0-based iteration), step 1.
-    3. Other Arcana events: the turn event their `parent_step_id` names; failing that (a send that
-       died before its first turn event) `metadata.turn + 1` of a context decision / prompt snapshot.
-    4. Arcana's summarizer `llm_call` (parent null) belongs to the step whose decision follows it.
-    The agent is the event's `source_agent`, else its step's (Arcana drops it on per-agent tool calls).
-    """
-    items = list(events)
-    # step id of each turn event -> (turn, step, agent)
-    spine: dict[str, tuple[int, int, str | None]] = {}
-    for ev in items:
-        if ev.event_type != "turn":
-            continue
-        if ev.is_ours:
-            turn, step = _int_or_none(ev.metadata.get("turn")), _int_or_none(ev.metadata.get("step"))
-            if turn is not None:
-                spine[ev.step_id] = (turn, step or 1, ev.source_agent)
-        else:
-            iteration = _int_or_none(ev.metadata.get("step"))
-            if iteration is not None:
-                spine[ev.step_id] = (iteration + 1, 1, ev.source_agent)
-
-    out: list[NormalizedEvent] = []
-    pending: list[int] = []  # positions in `out` waiting for the next step (summarizer llm_call)
-    for i, ev in enumerate(items, start=1):
-        producer = PRODUCER if ev.is_ours else ARCANA_PRODUCER
-        turn: int | None = None
-        step: int | None = None
-        agent = ev.source_agent
-        key: str | None = None
-        if ev.is_ours and _int_or_none(ev.metadata.get("turn")) is not None:
-            turn = _int_or_none(ev.metadata.get("turn"))
-            step = _int_or_none(ev.metadata.get("step")) or 1
-            key = ev.step_id if ev.event_type == "turn" else ev.parent_step_id
-            if key is None or (key not in spine and ev.event_type != "turn"):
-                key = f"{agent or ''}#{turn}.{step}"
-        elif ev.event_type == "turn" and ev.step_id in spine:
-            turn, step, _ = spine[ev.step_id]
-            key = ev.step_id
-        elif ev.parent_step_id is not None and ev.parent_step_id in spine:
-            turn, step, spine_agent = spine[ev.parent_step_id]
-            agent = agent or spine_agent
-            key = ev.parent_step_id
-        elif ev.event_type in ("context_decision", "prompt_snapshot"):
-            iteration = _int_or_none(ev.metadata.get("turn"))
-            if iteration is not None:
-                turn, step = iteration + 1, 1
-                key = ev.parent_step_id or f"{agent or ''}#{turn}.1"
-        normalized = NormalizedEvent(i, ev, turn, step, agent, key, producer)
-        if turn is None and ev.event_type == "llm_call" and not ev.is_ours:
-            pending.append(len(out))
-        elif turn is not None and pending:
-            for pos in pending:
-                prev = out[pos]
-                out[pos] = NormalizedEvent(
-                    prev.index, prev.event, turn, step, prev.agent or agent, key, prev.producer
-                )
-            pending = []
-        out.append(normalized)
-    # Our keys for events of a step are the turn event's id when it is known; make them uniform so a
-    # step whose events point at its turn event and one keyed by number are the same step.
-    by_number: dict[tuple[str | None, int, int], str] = {}
-    for ne in out:
-        if ne.event_type == "turn" and ne.turn is not None and ne.step is not None:
-            by_number.setdefault((ne.agent, ne.turn, ne.step), ne.event.step_id)
-    fixed: list[NormalizedEvent] = []
-    for ne in out:
-        if ne.turn is not None and ne.step is not None:
-            real = by_number.get((ne.agent, ne.turn, ne.step))
-            if real is not None and ne.step_key != real:
-                ne = NormalizedEvent(ne.index, ne.event, ne.turn, ne.step, ne.agent, real, ne.producer)
-        fixed.append(ne)
-    return fixed
-
-
-def build_steps(normalized: Iterable[NormalizedEvent], agent: str | None = None) -> list[TurnView]:
-    """Group normalised events into turns and steps, ordered by (agent, turn, step) of first appearance.
-
-    `agent=None` keeps every agent; otherwise only that agent's events.
-    """
-    steps: dict[tuple[str | None, int, int], StepView] = {}
-    for ne in normalized:
-        if ne.turn is None or ne.step is None:
-            continue
-        if agent is not None and ne.agent != agent:
-            continue
-        k = (ne.agent, ne.turn, ne.step)
-        sv = steps.get(k)
-        if sv is None:
-            sv = steps[k] = StepView(agent=ne.agent, turn=ne.turn, step=ne.step)
-        ev = ne.event
-        sv.events.append(ne)
-        kind = ev.event_type
-        if kind == "turn":
-            sv.turn_event = sv.turn_event or ev
-            sv.step_id = ev.step_id
-        elif kind == "context_decision" and sv.context_decision is None:
-            sv.context_decision = ev
-        elif kind == "prompt_snapshot" and sv.prompt_snapshot is None:
-            sv.prompt_snapshot = ev
-        elif kind == "tool_call":
-            sv.tool_calls.append(ev)
-        elif kind == "cognitive_primitive":
-            sv.primitive_calls.append(ev)
-        elif kind == "llm_call":
-            sv.llm_calls.append(ev)
-        elif kind == "error":
-            sv.errors.append(ev)
-        else:
-            sv.other.append(ev)
-        # Synthetic keys (no turn event known) contain "#"; real ones are the turn event's step_id.
-        if sv.step_id is None and ne.step_key and "#" not in ne.step_key:
-            sv.step_id = ne.step_key
-    agents_order: list[str | None] = []
-    for k in steps:
-        if k[0] not in agents_order:
-            agents_order.append(k[0])
-    turns: dict[tuple[str | None, int], TurnView] = {}
-    for k in sorted(steps, key=lambda k: (agents_order.index(k[0]), k[1], k[2])):
-        tv = turns.get((k[0], k[1]))
-        if tv is None:
-            tv = turns[(k[0], k[1])] = TurnView(agent=k[0], turn=k[1])
-        tv.steps.append(steps[k])
-    return list(turns.values())
-
-
-# --------------------------------------------------------------------------------------------------
-# Pins
-
-
-def _pinned_decisions(cd: TraceEvent | None) -> list[dict[str, Any]]:
-    if cd is None:
-        return []
-    decision = cd.metadata.get("context_decision")
-    rows = decision.get("decisions") if isinstance(decision, dict) else None
-    if not isinstance(rows, list):
-        return []
-    return [
-        d for d in rows if isinstance(d, dict) and (d.get("reason") == "pinned" or d.get("pinned") is True)
-    ]
-
-
-def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
-    """Every pin created in these turns, in creation order, with its lifetime and token count.
-
-    Creation: a `pin` primitive whose result has `pinned: true, already_pinned: false`. End: an `unpin`
-    whose result has `unpinned: true`. Pins are per agent (their ids are unique anyway).
-    Token counts: our `metadata.tokens`, else a `[PIN]` decision naming the `pin_id`, else (Arcana 1.2,
-    whose decisions carry no pin id) the k-th `[PIN]` decision of a step that rendered exactly the pins
-    Arcana renders there (created in an earlier iteration, not yet unpinned, `until_turn` ≥ the 0-based
-    iteration — its §3.5 rule), in creation order.
-    """
-    turn_list = list(turns)
-    found: dict[tuple[str | None, str], dict[str, Any]] = {}
-    for tv in turn_list:
-        for sv in tv.steps:
-            for ev in sv.primitive_calls:
-                md = ev.metadata
-                result = md.get("result") if isinstance(md.get("result"), dict) else {}
-                args = md.get("args") if isinstance(md.get("args"), dict) else {}
-                prim = md.get("primitive")
-                pin_id = result.get("pin_id")
-                if not isinstance(pin_id, str):
-                    continue
-                key = (sv.agent, pin_id)
-                if (
-                    prim == "pin"
-                    and result.get("pinned") is True
-                    and result.get("already_pinned") is not True
-                ):
-                    if key in found:
-                        continue
-                    content = args.get("content")
-                    label = result.get("label", args.get("label"))
-                    found[key] = {
-                        "pin_id": pin_id,
-                        "label": label if isinstance(label, str) else None,
-                        "content": content if isinstance(content, str) else None,
-                        "tokens": _int_or_none(md.get("tokens")),
-                        "created_turn": tv.turn,
-                        "created_step": sv.step,
-                        "until_turn": _int_or_none(result.get("until_turn")),
-                        "unpinned_turn": None,
-                        "agent": sv.agent,
-                        "producer": PRODUCER if ev.is_ours else ARCANA_PRODUCER,
-                    }
-                elif prim == "unpin" and result.get("unpinned") is True and key in found:
-                    if found[key]["unpinned_turn"] is None:
-                        found[key]["unpinned_turn"] = tv.turn
-    # Token counts from the working sets that rendered the pins.
-    for tv in turn_list:
-        for sv in tv.steps:
-            rows = _pinned_decisions(sv.context_decision)
-            if not rows:
-                continue
-            unnamed: list[dict[str, Any]] = []
-            for row in rows:
-                pid = row.get("pin_id")
-                tokens = _int_or_none(row.get("token_count_after")) or _int_or_none(
-                    row.get("token_count_before")
-                )
-                if isinstance(pid, str) and (sv.agent, pid) in found:
-                    entry = found[(sv.agent, pid)]
-                    if entry["tokens"] is None:
-                        entry["tokens"] = tokens
-                else:
-                    unnamed.append(row)
-            if not unnamed:
-                continue
-            rendered = [
-                p
-                for p in found.values()
-                if p["agent"] == sv.agent
-                and p["producer"] == ARCANA_PRODUCER
-                and p["created_turn"] < sv.turn
-                and (p["unpinned_turn"] is None or p["unpinned_turn"] >= sv.turn)
-                and (p["until_turn"] is None or p["until_turn"] >= sv.turn - 1)
-            ]
-            if len(rendered) == len(unnamed):
-                for p, row in zip(rendered, unnamed, strict=True):
-                    if p["tokens"] is None:
-                        p["tokens"] = _int_or_none(row.get("token_count_after"))
-    return [
-        PinLifetime(
-            pin_id=p["pin_id"],
-            label=p["label"],
-            content=p["content"],
-            tokens=p["tokens"],
-            created_turn=p["created_turn"],
-            until_turn=p["until_turn"],
-            unpinned_turn=p["unpinned_turn"],
-            agent=p["agent"],
-            created_step=p["created_step"],
-        )
-        for p in found.values()
-    ]
-
-
-def active_pins(pins: Iterable[PinLifetime], turn: int) -> list[PinLifetime]:
-    """The pins in effect at `turn`, judged as of that turn (DESIGN.md §1, `PinLifetime.is_active_at`)."""
-    return [p for p in pins if p.is_active_at(turn)]
 
 
 # --------------------------------------------------------------------------------------------------

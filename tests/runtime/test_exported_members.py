@@ -49,6 +49,28 @@ def test_the_issue_surface_is_exported() -> None:
         "ProviderResponseError",
         "ToolDefinitionError",
         "TraceFormatError",
+        # runtime.facts: the one reading of a trace (turns, pins, outcomes, failures, bundles)
+        "NormalizedEvent",
+        "PinLifetime",
+        "PinnedBlock",
+        "PrimitiveOutcome",
+        "RunLinks",
+        "SendOutcome",
+        "StepError",
+        "StepView",
+        "ToolResult",
+        "TurnView",
+        "build_steps",
+        "normalize_events",
+        "pin_active_at",
+        "pin_lifetimes",
+        "pinned_blocks",
+        "primitive_outcome",
+        "run_links",
+        "run_outcome",
+        "step_errors",
+        "tool_results",
+        "turn_outcome",
     }
     assert required <= set(runtime.__all__)
     for name in runtime.__all__:

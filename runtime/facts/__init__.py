@@ -1,0 +1,123 @@
+"""Trace facts: what the events of a trace mean, worked out once for every view.
+
+The CLI (`arcana trace …`), the server's ingestion (and so the read API and the pages) all take their
+reading of a trace from here, for files of our runtime and of arcana-agent 1.2 alike
+(`docs/trace-format.md` is the contract). Everything is pure: events in, facts out.
+
+    >>> from runtime.facts import normalize_events, build_steps, turn_outcome, pin_lifetimes
+    >>> turns = build_steps(normalize_events(events))      # turns → steps, 1-based, per agent
+    >>> turn_outcome(turns[-1])                            # SendOutcome(status="failed", reason=…, errors=2)
+    >>> [p.pin_id for p in pin_lifetimes(turns) if p.is_active_at(3)]
+
+Where each fact lives:
+
+| fact | names | module |
+|---|---|---|
+| turn / step / agent of an event; steps and turns | `normalize_events`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
+| a step's model | `step_model` | `_events` |
+| bundles and delegation | `run_links`, `RunLinks` | `_events` |
+| pin lifetimes; the active rule; Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
+| where a pinned block was and which pin it is | `pinned_blocks`, `PinnedBlock`, `is_pinned_row` | `_pins` |
+| primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
+| tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
+| decision counts | `decision_counts`, `DecisionCounts` | `_outcomes` |
+| errors; failed steps, sends and runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome` | `_failures` |
+"""
+
+from __future__ import annotations
+
+from ._events import (
+    ARCANA_PRODUCER,
+    NormalizedEvent,
+    RunLinks,
+    StepView,
+    TurnView,
+    build_steps,
+    normalize_events,
+    producer_of,
+    run_links,
+    step_model,
+)
+from ._failures import (
+    NO_ANSWER,
+    STEP_EVENT_TYPES,
+    SendOutcome,
+    StepError,
+    error_message,
+    run_outcome,
+    status_from_last,
+    step_errors,
+    step_failure,
+    turn_outcome,
+)
+from ._outcomes import (
+    UNRECORDED_CALL,
+    DecisionCounts,
+    PrimitiveOutcome,
+    ToolResult,
+    decision_counts,
+    event_primitive_outcome,
+    primitive_outcome,
+    requested_calls,
+    tool_event_outcome,
+    tool_results,
+    unrecorded_calls,
+)
+from ._pins import (
+    PinLifetime,
+    PinLike,
+    PinnedBlock,
+    active_pins,
+    arcana_renders_pin,
+    decision_rows,
+    is_pinned_row,
+    pin_active_at,
+    pin_lifetimes,
+    pinned_blocks,
+    rendered_pins,
+)
+
+__all__ = [
+    "ARCANA_PRODUCER",
+    "NO_ANSWER",
+    "STEP_EVENT_TYPES",
+    "UNRECORDED_CALL",
+    "DecisionCounts",
+    "NormalizedEvent",
+    "PinLifetime",
+    "PinLike",
+    "PinnedBlock",
+    "PrimitiveOutcome",
+    "RunLinks",
+    "SendOutcome",
+    "StepError",
+    "StepView",
+    "ToolResult",
+    "TurnView",
+    "active_pins",
+    "arcana_renders_pin",
+    "build_steps",
+    "decision_counts",
+    "decision_rows",
+    "error_message",
+    "event_primitive_outcome",
+    "is_pinned_row",
+    "normalize_events",
+    "pin_active_at",
+    "pin_lifetimes",
+    "pinned_blocks",
+    "primitive_outcome",
+    "producer_of",
+    "rendered_pins",
+    "requested_calls",
+    "run_links",
+    "run_outcome",
+    "status_from_last",
+    "step_errors",
+    "step_failure",
+    "step_model",
+    "tool_event_outcome",
+    "tool_results",
+    "turn_outcome",
+    "unrecorded_calls",
+]
