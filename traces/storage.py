@@ -74,6 +74,25 @@ class _ChunkReader(io.RawIOBase):
         return len(piece)
 
 
+class _StoredFile(File):
+    """An opened stored file that can be reopened after close, as a file on disk can."""
+
+    def __init__(self, file_id: int, size: int, name: str) -> None:
+        self._file_id = file_id
+        self._stored_size = size
+        super().__init__(self._reader(), name=name)
+
+    def _reader(self) -> io.BufferedReader:
+        return io.BufferedReader(_ChunkReader(self._file_id, self._stored_size), buffer_size=CHUNK_BYTES)
+
+    def open(self, mode: str | None = None, *args: Any, **kwargs: Any) -> _StoredFile:
+        if self.closed:
+            self.file = self._reader()
+        else:
+            self.seek(0)
+        return self
+
+
 @deconstructible
 class DatabaseStorage(Storage):
     """Django storage that keeps files in the database (`StoredFile` + `StoredFileChunk`)."""
@@ -86,8 +105,7 @@ class DatabaseStorage(Storage):
         row = StoredFile.objects.filter(name=name).values_list("id", "size").first()
         if row is None:
             raise FileNotFoundError(name)
-        reader = io.BufferedReader(_ChunkReader(row[0], row[1]), buffer_size=CHUNK_BYTES)
-        return File(reader, name=name)
+        return _StoredFile(row[0], row[1], name)
 
     def _save(self, name: str, content: IO[bytes]) -> str:
         from traces.models import StoredFile, StoredFileChunk

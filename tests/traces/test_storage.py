@@ -55,3 +55,12 @@ def test_it_feeds_the_jsonl_reader_lines_that_cross_chunks(small_chunks: int) ->
             lines = [value for _, value, _, error in ingest.iter_jsonl(fh) if error is None]
         expected = [json.loads(line) for line in io.BytesIO(path.read_bytes()) if line.strip()]
         assert lines == expected and len(lines) == 42
+
+
+def test_it_reopens_a_closed_file_as_a_task_reading_twice_does(small_chunks: int) -> None:
+    name = DatabaseStorage().save("uploads/twice.jsonl", ContentFile(b'{"a": 1}\n' * 300))
+    fh = DatabaseStorage().open(name)
+    first = fh.read()
+    fh.close()
+    with fh.open("rb") as again:
+        assert again.read() == first and len(first) == 2700
