@@ -188,6 +188,7 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_conversation": {"queue": "agents"},
     "traces.tasks.run_demo_conversation": {"queue": "agents"},
     "traces.tasks.sweep_conversations": {"queue": "agents"},
+    "traces.tasks.enforce_retention": {"queue": "ingest"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -251,4 +252,12 @@ CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
     "task": "traces.tasks.sweep_conversations",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
     "options": {"queue": "agents"},
+}
+
+# Retention (issue 13): runs older than their project's retention_days are deleted, audited.
+ARCANA_RETENTION_SWEEP_SECONDS = envint("ARCANA_RETENTION_SWEEP_SECONDS", default=3600, minimum=10)
+CELERY_BEAT_SCHEDULE["enforce-retention"] = {
+    "task": "traces.tasks.enforce_retention",
+    "schedule": float(ARCANA_RETENTION_SWEEP_SECONDS),
+    "options": {"queue": "ingest"},
 }

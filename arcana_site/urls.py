@@ -14,5 +14,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("traces.api_urls")),
+    path("", include("traces.team_urls")),
     path("", include("traces.urls")),
 ]

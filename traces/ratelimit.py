@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F
+from rest_framework.throttling import BaseThrottle
 
 from traces.models import ApiKey
 
@@ -49,3 +51,22 @@ def hit(key: ApiKey, now: float | None = None) -> Verdict:
     if slot.update(rate_count=F("rate_count") + 1):
         return Verdict(True)
     return Verdict(False, max(1, math.ceil((current + 1) * window - now)))
+
+
+class IngestRateThrottle(BaseThrottle):
+    """DRF throttle for the ingest endpoints: API-key requests count against their key's window (a
+    session upload from the page is not limited). Refused requests get 429 with `Retry-After`."""
+
+    def __init__(self) -> None:
+        self._wait: int | None = None
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        key = getattr(request, "auth", None)
+        if not isinstance(key, ApiKey):
+            return True
+        verdict = hit(key)
+        self._wait = verdict.retry_after
+        return verdict.allowed
+
+    def wait(self) -> float | None:
+        return self._wait

@@ -129,3 +129,12 @@ def sweep_conversations() -> dict[str, int]:
     from traces.conversations import sweep_conversations as sweep
 
     return sweep()
+
+
+@shared_task(name="traces.tasks.enforce_retention")
+def enforce_retention() -> dict[str, int]:
+    """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per
+    project (`traces.teams.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
+    from traces.teams import do_enforce_retention
+
+    return {"deleted": do_enforce_retention()}
