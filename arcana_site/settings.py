@@ -154,6 +154,8 @@ ARCANA_MAX_CONCURRENT_CONVERSATIONS = envint("ARCANA_MAX_CONCURRENT_CONVERSATION
 ARCANA_CONVERSATION_LEASE_SECONDS = envint("ARCANA_CONVERSATION_LEASE_SECONDS", default=60, minimum=2)
 ARCANA_CONVERSATION_MAX_ATTEMPTS = envint("ARCANA_CONVERSATION_MAX_ATTEMPTS", default=3, minimum=1)
 ARCANA_CONVERSATION_SWEEP_SECONDS = envint("ARCANA_CONVERSATION_SWEEP_SECONDS", default=30, minimum=1)
+# The queue conversation tasks go to (workers: `-Q ingest,agents`); another name isolates a fleet.
+ARCANA_AGENTS_QUEUE = envstr("ARCANA_AGENTS_QUEUE", "agents") or "agents"
 
 # Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
 # ARCANA_BROKER_DIR: workers with data folders of their own (as on separate machines) still share
@@ -251,7 +253,7 @@ CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE") or {}
 CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
     "task": "traces.tasks.sweep_conversations",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
-    "options": {"queue": "agents"},
+    "options": {"queue": ARCANA_AGENTS_QUEUE},
 }
 
 # Retention (issue 13): runs older than their project's retention_days are deleted, audited.

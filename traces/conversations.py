@@ -102,6 +102,7 @@ class ServerProvider:
     api_key_env: str | None = None
     stream: bool = False
     timeout: float | None = None
+    max_retries: int | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -135,7 +136,15 @@ def parse_providers(raw: str) -> dict[str, ServerProvider]:
             )
         if not isinstance(entry, dict):
             raise ImproperlyConfigured(f"{where} must be an object")
-        unknown = set(entry) - {"base_url", "model", "models", "api_key_env", "stream", "timeout"}
+        unknown = set(entry) - {
+            "base_url",
+            "model",
+            "models",
+            "api_key_env",
+            "stream",
+            "timeout",
+            "max_retries",
+        }
         if unknown:
             raise ImproperlyConfigured(f"{where}: unknown keys {sorted(unknown)}")
         preset = presets.get(name)
@@ -163,7 +172,10 @@ def parse_providers(raw: str) -> dict[str, ServerProvider]:
         timeout = entry.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
             raise ImproperlyConfigured(f"{where}: 'timeout' must be a number of seconds")
-        out[name] = ServerProvider(name, base_url, tuple(models), key_env, stream, timeout)
+        retries = entry.get("max_retries")
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
+            raise ImproperlyConfigured(f"{where}: 'max_retries' must be an integer >= 0")
+        out[name] = ServerProvider(name, base_url, tuple(models), key_env, stream, timeout, retries)
     return out
 
 
@@ -444,8 +456,6 @@ def start_conversation(project: Project, spec: ConversationSpec, *, user: Any = 
 
     Raises `ConversationLimitError` when the project already has
     `ARCANA_MAX_CONCURRENT_CONVERSATIONS` queued or running conversations."""
-    from traces.tasks import run_conversation
-
     limit = int(settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS)
     with transaction.atomic():
         # Lock the project row so two requests cannot both pass the concurrency check.
@@ -469,15 +479,22 @@ def start_conversation(project: Project, spec: ConversationSpec, *, user: Any = 
             created_by=user if getattr(user, "pk", None) is not None else None,
         )
         if not playground:
-            run_conversation.delay_on_commit(conv.pk)
+            enqueue(conv.pk)
     return conv
+
+
+def enqueue(conversation_id: int) -> None:
+    """Send `run_conversation(conversation_id)` to `ARCANA_AGENTS_QUEUE` once the current transaction
+    commits (at once outside one): the worker must see the committed row."""
+    from traces.tasks import run_conversation
+
+    queue_name = str(settings.ARCANA_AGENTS_QUEUE)
+    transaction.on_commit(lambda: run_conversation.apply_async((conversation_id,), queue=queue_name))
 
 
 def post_message(conversation: Conversation, content: Any, *, agent: Any = None) -> Conversation:
     """Queue one playground turn. `ConversationBusyError` unless it is `waiting_for_user`;
     `ConversationInputError` for a bad message."""
-    from traces.tasks import run_conversation
-
     if conversation.mode != Conversation.Mode.PLAYGROUND:
         raise ConversationBusyError("a scripted conversation takes no messages")
     names = conversation.agent_names
@@ -505,7 +522,7 @@ def post_message(conversation: Conversation, content: Any, *, agent: Any = None)
         conv.attempts = 0
         conv.updated_at = timezone.now()
         conv.save(update_fields=["script", "status", "attempts", "updated_at"])
-        run_conversation.delay_on_commit(conv.pk)
+        enqueue(conv.pk)
     return conv
 
 
@@ -662,6 +679,8 @@ def build_engine(conv: Conversation, store: StoreSink) -> _Engine:
             spec["api_key"] = key
         if sp.timeout is not None:
             spec["timeout"] = sp.timeout
+        if sp.max_retries is not None:
+            spec["max_retries"] = sp.max_retries
         providers = {conv.provider: spec}
         tools = []
     window = cfg.get("context_window") or (scenario.context_window if scenario else None) or 128_000
@@ -857,8 +876,6 @@ def sweep_conversations() -> dict[str, int]:
     store keeps one copy); after `ARCANA_CONVERSATION_MAX_ATTEMPTS` lost attempts it fails. A
     `queued` row untouched for 5 leases lost its message (a broker that dropped it): sent again
     (harmless if the first is still coming: the claim lets one run)."""
-    from traces.tasks import run_conversation
-
     now = timezone.now()
     lease = int(settings.ARCANA_CONVERSATION_LEASE_SECONDS)
     max_attempts = int(settings.ARCANA_CONVERSATION_MAX_ATTEMPTS)
@@ -882,13 +899,13 @@ def sweep_conversations() -> dict[str, int]:
         ).update(status=Conversation.Status.QUEUED, lease_owner="", lease_expires_at=None, updated_at=now)
         if n:
             requeued += 1
-            run_conversation.delay(conv.pk)
+            enqueue(conv.pk)
     stale = now - timedelta(seconds=5 * lease)
     for pk in Conversation.objects.filter(
         status=Conversation.Status.QUEUED, updated_at__lt=stale
     ).values_list("pk", flat=True):
         Conversation.objects.filter(pk=pk).update(updated_at=now)
-        run_conversation.delay(pk)
+        enqueue(pk)
         resent += 1
     return {"requeued": requeued, "failed": failed, "resent": resent}
 
