@@ -1,0 +1,154 @@
+"""`Runtime`: providers, tools, configuration and trace sinks shared by every session it opens."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._config import RuntimeConfig, normalize_primitives
+from .._provider_types import Provider
+from .._providers import resolve_providers
+from .._tokens import TokenCounter, default_counter
+from .._tools import Tool, build_tools
+from .._trace_writer import JsonlFileSink, TraceSink, TraceWriter, make_sink
+from ..errors import ConfigError
+from .common import DEFAULT_SYSTEM_PROMPT, _check_run_id, _check_tool_names, _flatten
+from .pool import AgentPool
+from .session import ChatSession
+
+
+class Runtime:
+    """Providers, tools, configuration and trace sinks shared by every session it opens.
+
+    * `providers` — as `resolve_providers()` takes them: `{"openai": "sk-..."}`, a dict with
+      `base_url`, or Provider instances such as `ScriptedProvider([...])`.
+    * `config` — a `RuntimeConfig` (default: `RuntimeConfig()`).
+    * `tools` — plain type-hinted functions or `@tool` functions, offered to every session.
+    * `trace_sinks` — sinks to write events to; default (None): a `JsonlFileSink(config.trace_dir)`
+      when `config.trace_enabled`. Passing sinks replaces the file sink.
+    * `counter` — the `TokenCounter` (default: the process-wide cl100k_base counter).
+
+    Raises `ConfigError` for bad providers, a tool named like an enabled primitive, or `trace=True`
+    with nowhere to write."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Any],
+        *,
+        config: RuntimeConfig | None = None,
+        tools: Sequence[Any] | None = None,
+        trace_sinks: Sequence[TraceSink] | TraceSink | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.config = config if config is not None else RuntimeConfig()
+        if not isinstance(self.config, RuntimeConfig):
+            raise ConfigError(f"config must be a RuntimeConfig, got {type(self.config).__name__}")
+        self.providers: dict[str, Provider] = resolve_providers(providers)
+        if self.config.default_provider is not None and self.config.default_provider not in self.providers:
+            raise ConfigError(
+                f"default_provider {self.config.default_provider!r} is not configured; "
+                f"providers: {', '.join(sorted(self.providers))}"
+            )
+        self.tools: dict[str, Tool] = build_tools(tools)
+        _check_tool_names(self.tools, self.config.cognitive_primitives, "Runtime")
+        self.counter = counter if counter is not None else default_counter()
+        if trace_sinks is not None:
+            self.sink = make_sink(trace_sinks) if self.config.trace is not False else None
+        elif self.config.trace_enabled:
+            if self.config.trace_dir is None:
+                raise ConfigError("trace=True needs a trace_dir or trace_sinks=[...] to write to")
+            self.sink = JsonlFileSink(self.config.trace_dir)
+        else:
+            self.sink = None
+
+    # -- sessions ------------------------------------------------------------------------------
+    def chat(
+        self,
+        system: str | None = None,
+        *,
+        state: Mapping[str, Any] | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        cognitive_primitives: Sequence[str] | None = None,
+        tools: Sequence[Any] | None = None,
+        run_id: str | None = None,
+    ) -> ChatSession:
+        """A new chat session (one run), or the session `state` was exported from, resumed.
+
+        Use as `async with rt.chat(...) as chat:`. `cognitive_primitives=None` uses the config's list;
+        `tools=None` the runtime's tools. With `state`, the state's system prompt, provider, model and
+        primitives are used unless given here (a different `system` is refused). `run_id` names a new
+        session's run (default: a fresh uuid4), e.g. when a server recorded it before the run began."""
+        tool_map = self.tools if tools is None else build_tools(tools)
+        if state is not None:
+            return ChatSession._from_state(
+                self,
+                state,
+                system=system,
+                provider=provider,
+                model=model,
+                cognitive_primitives=cognitive_primitives,
+                tools=tool_map,
+                writer=None,
+            )
+        primitives = (
+            self.config.cognitive_primitives
+            if cognitive_primitives is None
+            else normalize_primitives(cognitive_primitives)
+        )
+        _check_tool_names(tool_map, primitives, "chat()")
+        run_id = _check_run_id(run_id)
+        return ChatSession(
+            self,
+            system=DEFAULT_SYSTEM_PROMPT if system is None else system,
+            provider=self._provider_name(provider),
+            model=model,
+            tools=tool_map,
+            primitives=primitives,
+            writer=self._writer(run_id),
+        )
+
+    def collaborate(
+        self,
+        *,
+        cognitive_primitives: Sequence[str] | None = None,
+        state: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> AgentPool:
+        """A pool of named agents sharing one run. `cognitive_primitives` is the pool default (None:
+        the config's). With `state` (from `pool.export_state()`), `pool.add(name, ...)` resumes that
+        agent, and the pool default is the one saved in the state unless given here. `run_id` names a
+        new pool's run (default: a fresh uuid4)."""
+        return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state, run_id=run_id)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _writer(self, run_id: str) -> TraceWriter:
+        return TraceWriter(self.sink, run_id, deterministic_ids=self.config.deterministic_step_ids)
+
+    def _provider_name(self, name: str | None) -> str:
+        if name is None:
+            return self.config.default_provider or next(iter(self.providers))
+        if name not in self.providers:
+            raise ConfigError(f"unknown provider {name!r}; configured: {', '.join(sorted(self.providers))}")
+        return name
+
+    def trace_file(self, run_id: str) -> Path | None:
+        """The JSONL file this runtime writes `run_id` to, if it writes one."""
+        for sink in _flatten(self.sink):
+            if isinstance(sink, JsonlFileSink):
+                return sink.path_for(run_id)
+        return None
+
+    async def aclose(self) -> None:
+        """Close every provider and sink (flushes the HTTP sink)."""
+        for p in self.providers.values():
+            await p.aclose()
+        if self.sink is not None:
+            self.sink.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
