@@ -287,6 +287,16 @@ class Run(models.Model):
         return self.status == self.Status.RUNNING and not self.is_live
 
     @property
+    def is_updating(self) -> bool:
+        """Whether an open page of this run should keep polling (traces/live.py): it is live, or a
+        worker has its conversation — between two turns of a script, or with a playground turn
+        queued, the run's last turn event says "complete" although more are coming."""
+        if self.is_live:
+            return True
+        conversation = self.conversation
+        return conversation is not None and conversation.is_active
+
+    @property
     def is_completed(self) -> bool:
         return self.status == self.Status.COMPLETED
 

@@ -1,0 +1,70 @@
+/* New run form: picking a scripted scenario fills in its suggested settings and script; the script
+ * box shows in script mode only; the pool's agent rows show when "A pool of agents" is ticked.
+ * The form works without this file (everything is visible and posts the same fields).
+ * Scenario details come from a json_script block; values go in through .value, never as HTML.
+ */
+(function () {
+  "use strict";
+
+  var form = document.getElementById("newrun-form");
+  if (!form) return;
+  var detailsNode = document.getElementById("scenario-details");
+  var scenarios = detailsNode ? JSON.parse(detailsNode.textContent) : {};
+  var model = form.elements.namedItem("model");
+  var script = form.elements.namedItem("script");
+  var system = form.elements.namedItem("system");
+  var windowField = form.elements.namedItem("context_window");
+  var pool = form.elements.namedItem("pool");
+  var scriptField = document.getElementById("script-field");
+  var agentsBox = document.getElementById("pool-agents");
+
+  function setPrimitives(names) {
+    form.querySelectorAll("input[name=cognitive_primitives]").forEach(function (box) {
+      box.checked = names.indexOf(box.value) !== -1;
+    });
+  }
+
+  function fillScenario() {
+    var value = model.value || "";
+    var cut = value.indexOf("/");
+    if (value.slice(0, cut) !== "scripted") return;
+    var s = scenarios[value.slice(cut + 1)];
+    if (!s) return;
+    system.value = s.system || "";
+    windowField.value = s.context_window || "";
+    setPrimitives(s.cognitive_primitives || []);
+    var agents = s.agents || [];
+    pool.checked = agents.length > 0;
+    for (var i = 0; ; i++) {
+      var name = form.elements.namedItem("agent" + i + "-name");
+      if (!name) break;
+      var a = agents[i] || {};
+      name.value = a.name || "";
+      form.elements.namedItem("agent" + i + "-system").value = a.system || "";
+      form.elements.namedItem("agent" + i + "-primitives_mode").value = "inherit";
+    }
+    var lines = (s.script || []).map(function (text, k) {
+      var who = s.script_agents && s.script_agents[k];
+      return who ? who + ": " + text : text;
+    });
+    script.value = lines.join("\n");
+    sync();
+  }
+
+  function sync() {
+    var mode = form.querySelector("input[name=mode]:checked");
+    scriptField.hidden = !!mode && mode.value === "playground";
+    agentsBox.hidden = !pool.checked;
+    form.querySelectorAll(".agent-row").forEach(function (row) {
+      var sel = row.querySelector("select");
+      var own = sel && sel.value === "override";
+      row.querySelectorAll(".agent-row__prims input").forEach(function (box) { box.disabled = !own; });
+    });
+  }
+
+  model.addEventListener("change", fillScenario);
+  form.addEventListener("change", function (ev) {
+    if (ev.target !== model) sync();
+  });
+  sync();
+})();

@@ -1,0 +1,91 @@
+"""Conditional polling (traces/live.py): live fragments answer 304 until their run changes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from tests.traces.views_helpers import ingest_live_run
+from traces.models import Project, Run
+
+pytestmark = pytest.mark.django_db
+
+
+def _tag_in_page(html: str) -> str:
+    found = re.search(r'data-live-etag="([^"]+)"', html)
+    assert found, "the page carries the version of its live fragment"
+    return found.group(1).replace("&quot;", '"')
+
+
+def test_it_answers_304_until_the_run_changes(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    live = run.get_absolute_url() + "/live"
+    first = alice_client.get(live)
+    assert first.status_code == 200 and first["ETag"] and "no-cache" in first["Cache-Control"]
+    assert b'data-live="true"' in first.content
+
+    again = alice_client.get(live, HTTP_IF_NONE_MATCH=first["ETag"])
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == first["ETag"]
+
+    ingest_live_run(project, "live-run", turns=3)  # a third turn arrives
+    changed = alice_client.get(live, HTTP_IF_NONE_MATCH=first["ETag"])
+    assert changed.status_code == 200 and changed["ETag"] != first["ETag"]
+    assert run.turn_url(3).encode() in changed.content
+    assert alice_client.get(live, HTTP_IF_NONE_MATCH=changed["ETag"]).status_code == 304
+
+
+def test_the_page_carries_the_tag_of_its_fragment(project: Project, alice_client: Client) -> None:
+    """The first poll of a page nobody changed is already a 304: the page renders the same tag."""
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    for page, fragment in (
+        (run.get_absolute_url(), run.get_absolute_url() + "/live"),
+        (run.turn_url(2), run.turn_url(2) + "/live"),
+    ):
+        tag = _tag_in_page(alice_client.get(page).content.decode())
+        assert alice_client.get(fragment, HTTP_IF_NONE_MATCH=tag).status_code == 304, page
+
+
+def test_a_turn_fragment_changes_with_its_run(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    live = run.turn_url(2) + "/live"
+    tag = alice_client.get(live)["ETag"]
+    assert alice_client.get(live, HTTP_IF_NONE_MATCH=tag).status_code == 304
+    ingest_live_run(project, "live-run", turns=3)
+    assert alice_client.get(live, HTTP_IF_NONE_MATCH=tag).status_code == 200
+
+
+def test_a_run_falling_idle_renders_once_more(
+    project: Project, alice_client: Client, settings: object
+) -> None:
+    """Liveness turns with the clock: the fragment that says "stop polling" must reach the page."""
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    live = run.get_absolute_url() + "/live"
+    tag = alice_client.get(live)["ETag"]
+    settings.ARCANA_LIVE_WINDOW_SECONDS = 0  # type: ignore[attr-defined]
+    idle = alice_client.get(live, HTTP_IF_NONE_MATCH=tag)
+    assert idle.status_code == 200 and b'data-live="false"' in idle.content
+
+
+def test_the_runs_list_answers_304_until_a_run_on_it_changes(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-run", turns=1)
+    first = alice_client.get("/?fragment=list")
+    assert first.status_code == 200 and first["ETag"]
+    assert alice_client.get("/?fragment=list", HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 304
+    ingest_live_run(project, "live-run", turns=2)
+    assert alice_client.get("/?fragment=list", HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 200
+
+
+def test_it_never_answers_304_to_an_outsider(
+    project: Project, alice_client: Client, charlie_client: Client
+) -> None:
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    live = run.get_absolute_url() + "/live"
+    tag = alice_client.get(live)["ETag"]
+    assert charlie_client.get(live, HTTP_IF_NONE_MATCH=tag).status_code == 404
