@@ -12,6 +12,7 @@ from .._trace_reader import (
     StepView,
     TurnView,
 )
+from ..facts import run_outcome, step_failure, turn_outcome
 from .command import Command
 from .formatting import (
     UNRECORDED_CALL,
@@ -198,7 +199,6 @@ def cmd_flow(c: Command) -> int:
     c.out.line(f"Flow — run {rid} · {_plural(n_turns, 'turn')} · {_plural(n_steps, 'step')}")
     if arcana:
         c.out.line("(arcana-agent 1.2 file: one turn per LLM iteration, turn = iteration + 1)")
-    last_status = None
     for agent in agents:
         if agent is not None:
             c.out.line()
@@ -206,7 +206,6 @@ def cmd_flow(c: Command) -> int:
         for tv in (t for t in turns if t.agent == agent):
             c.out.line()
             status = _turn_status(tv)
-            last_status = status
             c.out.line(f"  Turn {tv.turn}" + (f" ({status})" if status else ""))
             for sv in tv.steps:
                 cd = _decision(sv.context_decision)
@@ -226,11 +225,15 @@ def cmd_flow(c: Command) -> int:
                 turn_index = _index_of(sv, sv.turn_event) if sv.turn_event is not None else 0
                 for name in unrecorded_calls(sv):
                     children.append((turn_index, f"✗ tool {name}  {UNRECORDED_CALL}"))
+                if sv.turn_event is None and (reason := step_failure(sv)) is not None:
+                    children.append((10**9, f"✗ {reason}"))
                 for _, text in sorted(children, key=lambda t: t[0]):
                     c.out.line(f"      ├─ {text}")
     if turns:
+        outcome = run_outcome(c.reader.turns(rid), c.reader.events(rid))
+        stop = {"running": "in progress"}.get(outcome.status, outcome.status)
         c.out.line()
-        c.out.line(f"  → stop: {last_status or 'in progress'}")
+        c.out.line(f"  → stop: {stop}" + (f" ({outcome.reason})" if outcome.reason else ""))
     return c.report_line_errors(files)
 
 
@@ -243,13 +246,9 @@ def _index_of(sv: StepView, ev: TraceEvent) -> int:
 
 
 def _turn_status(tv: TurnView) -> str | None:
-    last = tv.steps[-1].turn_event
-    a = _dict(last.metadata.get("assessment")) if last is not None else {}
-    if a.get("failed") is True:
-        return "failed"
-    if a.get("completed") is True:
-        return "completed"
-    return None
+    """ "completed" / "failed" as `runtime.facts.turn_outcome` says; None while the send goes on."""
+    status = turn_outcome(tv).status
+    return status if status in ("completed", "failed") else None
 
 
 def _flow_turn_json(tv: TurnView) -> dict[str, Any]:

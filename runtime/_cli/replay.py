@@ -12,6 +12,7 @@ from .._trace_reader import (
     TurnView,
     active_pins,
 )
+from ..facts import step_errors, step_failure, tool_results
 from .command import Command, UsageError
 from .formatting import (
     ARCANA_SNAPSHOT_HINT,
@@ -21,7 +22,6 @@ from .formatting import (
     _changed,
     _decision,
     _dict,
-    _event_detail,
     _is_arcana,
     _list,
     _message_text,
@@ -389,14 +389,18 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
             )
         )
 
-    unrecorded = unrecorded_calls(sv)
-    c.out.line(f"Tool results ({len(sv.tool_calls) + len(unrecorded)})")
-    for name in unrecorded:
-        c.out.line(f"  ✗ {name}  {UNRECORDED_CALL}")
-    for ev in sv.tool_calls:
-        name, text2, ok = _tool_outcome(ev)
-        result = ev.metadata.get("result")
-        line = f"  {'✓' if ok else '✗'} {name} {text2}".rstrip()
+    results = tool_results(sv)
+    c.out.line(f"Tool results ({len(results)})")
+    for r in results:
+        if r["event"] is None:
+            c.out.line(f"  ✗ {r['name']}  {UNRECORDED_CALL}")
+            continue
+        line = f"  {'✓' if r['ok'] else '✗'} {r['name']}"
+        if r["duration_ms"] is not None:
+            line += f" {r['duration_ms']}ms"
+        if r["error"]:
+            line += f"  error: {r['error']}"
+        result = r["result"]
         if result is not None:
             line += "  → " + one_line(
                 result if isinstance(result, str) else json.dumps(result, ensure_ascii=False), 100
@@ -424,10 +428,15 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
         )
     else:
         c.out.line("  (no turn event recorded for this step)")
+    failure = step_failure(sv)
+    if failure is not None:
+        c.out.line(f"  failed: {failure}")
 
-    c.out.line(f"Errors ({len(sv.errors)})")
-    for ev in sv.errors:
-        c.out.line(f"  ✗ {_event_detail(ev)}")
+    # Tool failures are listed under "Tool results"; here the rest (provider failures, no answer).
+    errors = [e for e in step_errors(sv) if e.kind in ("error", "no_answer")]
+    c.out.line(f"Errors ({len(errors)})")
+    for e in errors:
+        c.out.line(f"  ✗ {e.message}")
 
 
 def _explain_json(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from runtime._cli import main
+from runtime.facts import UNRECORDED_CALL
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "cli-golden"
@@ -250,9 +251,9 @@ def test_it_shows_an_arcana_call_to_an_unknown_tool_that_left_no_event(
     code, out, _ = run(capsys, "flow", run_id, "--dir", str(tmp_path))
     assert code == 0
     assert "      ├─ ✗ recall turn=1 → trace not available" in out
-    assert "      ├─ ✗ tool weather  no result in the trace" in out
+    assert f"      ├─ ✗ tool weather  {UNRECORDED_CALL}" in out
     code, out, _ = run(capsys, "explain", run_id, "--turn", "1", "--dir", str(tmp_path))
-    assert code == 0 and "Tool results (1)\n  ✗ weather  no result in the trace" in out
+    assert code == 0 and f"Tool results (1)\n  ✗ weather  {UNRECORDED_CALL}" in out
     code, out, _ = run(capsys, "flow", run_id, "--json", "--dir", str(tmp_path))
     assert json.loads(out)["turns"][0]["steps"][0]["unrecorded_calls"] == ["weather"]
 
@@ -493,7 +494,7 @@ def test_it_reads_a_trace_written_by_our_runtime(
     assert code == 0 and "Prompt snapshot (model=scripted-1)" in out
     assert len(_active_ids(out)) == 1 and "key facts" in out.split("Active pins at turn 2")[1]
     code, out, _ = run(capsys, "explain", run_id, "--turn", "2", "--dir", d)
-    assert code == 0 and "Errors (1)" in out and "unknown_tool" in out
+    assert code == 0 and "Tool results (1)\n  ✗ weather  error: unknown_tool" in out
     code, out, _ = run(capsys, "flow", run_id, "--dir", d)
     assert code == 0 and "├─ ✓ tool lookup_price" in out and "├─ ✗ error unknown_tool" in out
     for argv in (
@@ -641,7 +642,7 @@ def test_it_exits_non_zero_when_lines_are_rejected(
             "accepted": 2,
             "duplicates": 0,
             "rejected": 1,
-            "line_errors": [{"line": 2, "error": "missing required field 'step_id'"}],
+            "line_errors": [{"line": 2, "field": "step_id", "message": "missing required field 'step_id'"}],
         },
     ]
     with StubUploads(outcomes) as stub:
@@ -651,7 +652,9 @@ def test_it_exits_non_zero_when_lines_are_rejected(
     assert code == 1
     (result,) = json.loads(out)
     assert (result["accepted"], result["rejected"]) == (2, 1)
-    assert result["line_errors"] == [{"line": 2, "error": "missing required field 'step_id'"}]
+    assert result["line_errors"] == [
+        {"line": 2, "field": "step_id", "message": "missing required field 'step_id'"}
+    ]
     assert stub.requests[0]["headers"]["Authorization"] == "Bearer arc_env"
 
 
