@@ -471,7 +471,7 @@ def raw_error(raw: str) -> str:
 def _require_int(args: Mapping[str, Any], key: str) -> int:
     if key not in args or args[key] is None:
         raise _InvalidArguments(f"missing required argument '{key}' (integer)")
-    value = args[key]
+    value: object = args[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise _InvalidArguments(
             f"'{key}' must be an integer, got {json_schema_type(value)} {json.dumps(value)}"

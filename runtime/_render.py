@@ -100,11 +100,9 @@ def table(
     """
     cells = [[safe_text("" if c is None else c) for c in row] for row in rows]
     if max_widths:
+        caps = list(max_widths)
         cells = [
-            [
-                truncate(c, max_widths[i]) if i < len(max_widths) and max_widths[i] else c
-                for i, c in enumerate(row)
-            ]
+            [truncate(c, cap) if i < len(caps) and (cap := caps[i]) else c for i, c in enumerate(row)]
             for row in cells
         ]
     widths = [display_width(h) for h in headers]

@@ -27,7 +27,7 @@ def retry_delay(
     clients do not retry in step."""
     if retry_after is not None:
         return retry_after + rng.uniform(0.0, 0.05)
-    delay = min(cap, base * (2**attempt))
+    delay: float = min(cap, base * 2**attempt)  # int ** int is typed Any (a negative power is a float)
     return delay + rng.uniform(0.0, delay * 0.1)
 
 

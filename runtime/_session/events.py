@@ -74,6 +74,7 @@ class _SessionEvents:
         text = resp.content
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in resp.tool_calls]
         u = resp.usage or Usage()
+        assessment: dict[str, Any]
         if calls:
             assessment = {
                 "completed": False,

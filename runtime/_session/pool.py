@@ -71,6 +71,7 @@ class AgentPool:
         if name in self.agents:
             raise ConfigError(f"the pool already has an agent named {name!r}")
         saved = self._saved.get(name)
+        primitives: Sequence[str]
         if cognitive_primitives is not None:
             primitives = normalize_primitives(cognitive_primitives, where=f"pool.add({name!r})")
         elif saved is not None:

@@ -133,7 +133,8 @@ class ChatSession(_SessionEvents):
     # -- public --------------------------------------------------------------------------------
     @property
     def system(self) -> str:
-        return self.history[0]["content"]
+        prompt: str = self.history[0]["content"]  # checked to be a string in __init__
+        return prompt
 
     @property
     def cognitive_primitives(self) -> tuple[str, ...]:

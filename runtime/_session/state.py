@@ -73,7 +73,8 @@ def session_state(session: ChatSession, *, include_history: bool = True) -> dict
         "provider_cursor": cursor,
     }
     # Guarantee JSON-safety now, not when the caller serializes it.
-    return json.loads(json.dumps(state, ensure_ascii=False))
+    safe: dict[str, Any] = json.loads(json.dumps(state, ensure_ascii=False))
+    return safe
 
 
 def restore_session(
