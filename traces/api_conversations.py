@@ -234,6 +234,9 @@ class ConversationMessageView(BaseView):
             403: ErrorSerializer,
             404: ErrorSerializer,
             409: OpenApiResponse(ErrorSerializer, description="a turn is running, or the conversation ended"),
+            429: OpenApiResponse(
+                ErrorSerializer, description="too many conversations running in the project"
+            ),
         },
         summary="Send a playground message (one turn on a worker)",
     )
@@ -248,6 +251,8 @@ class ConversationMessageView(BaseView):
             return error_response(400, "invalid input", exc.detail)
         except service.ConversationBusyError as exc:
             return error_response(409, str(exc))
+        except service.ConversationLimitError as exc:
+            return error_response(429, str(exc))
         return Response(conv.to_dict(), status=202)
 
 

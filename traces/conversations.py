@@ -456,16 +456,10 @@ def start_conversation(project: Project, spec: ConversationSpec, *, user: Any = 
 
     Raises `ConversationLimitError` when the project already has
     `ARCANA_MAX_CONCURRENT_CONVERSATIONS` queued or running conversations."""
-    limit = int(settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS)
+    playground = spec.script is None
     with transaction.atomic():
-        # Lock the project row so two requests cannot both pass the concurrency check.
-        Project.objects.select_for_update().filter(pk=project.pk).first()
-        if active_conversations(project) >= limit:
-            raise ConversationLimitError(
-                f"this project already runs {limit} conversations (ARCANA_MAX_CONCURRENT_CONVERSATIONS); "
-                "wait for one to finish or cancel one"
-            )
-        playground = spec.script is None
+        if not playground:  # a playground holds no worker until its first message
+            _check_concurrency(project)
         conv = Conversation.objects.create(
             project=project,
             run_id=str(uuid.uuid4()),
@@ -483,6 +477,19 @@ def start_conversation(project: Project, spec: ConversationSpec, *, user: Any = 
     return conv
 
 
+def _check_concurrency(project: Project) -> None:
+    """`ConversationLimitError` when `project` already has `ARCANA_MAX_CONCURRENT_CONVERSATIONS`
+    conversations queued or running. Call inside a transaction: the project row is locked so two
+    requests cannot both pass the check."""
+    limit = int(settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS)
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    if active_conversations(project) >= limit:
+        raise ConversationLimitError(
+            f"this project already runs {limit} conversations (ARCANA_MAX_CONCURRENT_CONVERSATIONS); "
+            "wait for one to finish or cancel one"
+        )
+
+
 def enqueue(conversation_id: int) -> None:
     """Send `run_conversation(conversation_id)` to `ARCANA_AGENTS_QUEUE` once the current transaction
     commits (at once outside one): the worker must see the committed row."""
@@ -494,7 +501,8 @@ def enqueue(conversation_id: int) -> None:
 
 def post_message(conversation: Conversation, content: Any, *, agent: Any = None) -> Conversation:
     """Queue one playground turn. `ConversationBusyError` unless it is `waiting_for_user`;
-    `ConversationInputError` for a bad message."""
+    `ConversationInputError` for a bad message; `ConversationLimitError` when the project already runs
+    its maximum of conversations."""
     if conversation.mode != Conversation.Mode.PLAYGROUND:
         raise ConversationBusyError("a scripted conversation takes no messages")
     names = conversation.agent_names
@@ -506,6 +514,7 @@ def post_message(conversation: Conversation, content: Any, *, agent: Any = None)
             [{"field": "content" if "message" in problem else "agent", "message": problem}]
         )
     with transaction.atomic():
+        _check_concurrency(conversation.project)
         conv = Conversation.objects.select_for_update().get(pk=conversation.pk)
         if conv.status != Conversation.Status.WAITING_FOR_USER:
             raise ConversationBusyError(

@@ -271,3 +271,48 @@ def test_it_talks_to_an_openai_compatible_server(
     assert sent[0]["messages"][0] == {"role": "system", "content": "Be brief."}
     run = Run.objects.get(project=project, run_id=created["run_id"])
     assert run.turns == 2 and run.status == Run.Status.COMPLETED
+
+
+@pytest.mark.slow
+def test_it_survives_a_worker_killed_mid_turn(
+    api_client: Client, project: Project, llm: OpenAIServer, settings: Any
+) -> None:
+    settings.ARCANA_AGENTS_QUEUE = f"agents-sigkill-{uuid.uuid4().hex[:8]}"
+    fast_lease = {"ARCANA_CONVERSATION_LEASE_SECONDS": "3", "ARCANA_CONVERSATION_SWEEP_SECONDS": "1"}
+    before = len(llm.requests)
+    llm.enqueue_text("Turn one answered.")
+    llm.enqueue_text("This answer never arrives: its worker is killed while waiting.", delay=8)
+    llm.enqueue_text("Turn two answered after the crash.")
+    llm.enqueue_text("Turn three answered.")
+    with worker(env=fast_lease) as first:
+        created = start(api_client, provider="loop", script=["one", "two", "three"])
+        wait_for(lambda: len(llm.requests) >= before + 2, what="turn 2's provider request")
+        # Turn 2's context decision (written before the request) is in the store: the re-run must
+        # not store it a second time.
+        turn2 = Event.objects.filter(project=project, run_id=created["run_id"], turn=2)
+        wait_for(turn2.exists, what="turn 2's first events")
+        conv = Conversation.objects.get(pk=created["id"])
+        assert conv.status == "running" and conv.cursor == 1
+        first.kill()
+
+    # A new worker whose beat runs the sweeper: the lease expires, the conversation is queued again,
+    # and turn 2 re-runs from the saved state with the same step ids.
+    with worker(env=fast_lease, beat=True):
+        conv = wait_status(created["id"], "completed", "failed", timeout=120)
+
+    assert conv.status == "completed", conv.reason
+    assert [t["assistant"] for t in conv.transcript] == [
+        "Turn one answered.",
+        "Turn two answered after the crash.",
+        "Turn three answered.",
+    ]
+    events = events_of(project, created["run_id"])
+    kinds = sorted((e["metadata"]["turn"], e["event_type"]) for e in events)
+    expected = sorted(
+        (turn, kind)
+        for turn in (1, 2, 3)
+        for kind in ("context_decision", "prompt_snapshot", "turn", "llm_call")
+    )
+    assert kinds == expected  # nothing twice, nothing missing
+    run = Run.objects.get(project=project, run_id=created["run_id"])
+    assert run.events == len(expected) and run.turns == 3 and run.status == Run.Status.COMPLETED
