@@ -11,6 +11,7 @@ CLI, and the server's ingestion. `docs/trace-format.md` is the contract; this mo
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -90,6 +91,10 @@ _OPTIONAL_STR = (
 )
 _OPTIONAL_OBJ = ("tool_call", "budgets")
 MAX_ID_LENGTH = 200
+#: What `run_id` and `step_id` may not contain: `/` (ids are parts of URLs) and control characters
+#: (C0, DEL, C1), which no page or terminal shows. The whole id rule: 1–200 characters, none of these.
+_ID_FORBIDDEN = re.compile("[/\x00-\x1f\x7f-\x9f]")
+_ID_KEYS = ("run_id", "step_id")
 _ENVELOPE_SET = frozenset(ENVELOPE_KEYS)
 _FIELD_KEYS = tuple(k for k in ENVELOPE_KEYS if k not in ("metadata", "llm_latency_ms"))
 
@@ -97,11 +102,24 @@ _FIELD_KEYS = tuple(k for k in ENVELOPE_KEYS if k not in ("metadata", "llm_laten
 def _check_required(key: str, value: Any, line: int | None) -> None:
     """Raise the error for a required id field that failed the fast check (or return if it is fine)."""
     if value is None:
-        raise TraceFormatError(f"missing required field '{key}'", line=line)
-    if not isinstance(value, str) or not value:
-        raise TraceFormatError(f"'{key}' must be a non-empty string, got {_json_type(value)}", line=line)
+        raise TraceFormatError(f"missing required field '{key}'", line=line, field=key)
+    if not isinstance(value, str):
+        raise TraceFormatError(f"'{key}' must be a string, got {_json_type(value)}", line=line, field=key)
+    if not value:
+        raise TraceFormatError(f"'{key}' is empty", line=line, field=key)
     if len(value) > MAX_ID_LENGTH:
-        raise TraceFormatError(f"'{key}' is longer than {MAX_ID_LENGTH} characters", line=line)
+        raise TraceFormatError(
+            f"'{key}' is {len(value)} characters long; at most {MAX_ID_LENGTH} are allowed",
+            line=line,
+            field=key,
+        )
+    if key in _ID_KEYS and (bad := _ID_FORBIDDEN.search(value)):
+        what = "'/'" if bad.group() == "/" else f"a control character (U+{ord(bad.group()):04X})"
+        raise TraceFormatError(
+            f"'{key}' contains {what} at position {bad.start() + 1}; ids may not contain '/' or control characters",
+            line=line,
+            field=key,
+        )
 
 
 def decode_jsonl_line(number: int, raw: bytes) -> tuple[str | None, str | None]:
@@ -184,37 +202,52 @@ class TraceEvent:
             value = get(key)
             if value.__class__ is not str or not value or len(value) > MAX_ID_LENGTH:
                 _check_required(key, value, line)
+        if _ID_FORBIDDEN.search(data["run_id"]) or _ID_FORBIDDEN.search(data["step_id"]):
+            _check_required("run_id", data["run_id"], line)
+            _check_required("step_id", data["step_id"], line)
         timestamp = get("timestamp")
         if not isinstance(timestamp, str):
-            raise TraceFormatError("'timestamp' must be an ISO-8601 string", line=line)
+            raise TraceFormatError(
+                f"'timestamp' must be an ISO-8601 string, got {_json_type(timestamp)}",
+                line=line,
+                field="timestamp",
+            )
         try:
             ts = parse_timestamp(timestamp)
         except ValueError:
-            raise TraceFormatError(f"'timestamp' is not ISO-8601: {timestamp[:40]!r}", line=line) from None
+            raise TraceFormatError(
+                f"'timestamp' is not ISO-8601: {timestamp[:40]!r}",
+                line=line,
+                field="timestamp",
+            ) from None
         for key in _OPTIONAL_STR:
             value = get(key)
             if value is not None and value.__class__ is not str and not isinstance(value, str):
                 raise TraceFormatError(
-                    f"'{key}' must be a string or null, got {_json_type(value)}", line=line
+                    f"'{key}' must be a string or null, got {_json_type(value)}", line=line, field=key
                 )
         for key in _OPTIONAL_OBJ:
             value = get(key)
             if value is not None and not isinstance(value, dict):
                 raise TraceFormatError(
-                    f"'{key}' must be an object or null, got {_json_type(value)}", line=line
+                    f"'{key}' must be an object or null, got {_json_type(value)}", line=line, field=key
                 )
         latency = get("llm_latency_ms")
         if latency is not None:
             if isinstance(latency, bool) or not isinstance(latency, int | float):
                 raise TraceFormatError(
-                    f"'llm_latency_ms' must be a number or null, got {_json_type(latency)}", line=line
+                    f"'llm_latency_ms' must be a number or null, got {_json_type(latency)}",
+                    line=line,
+                    field="llm_latency_ms",
                 )
             latency = int(latency)
         metadata = get("metadata")
         if metadata is None:
             metadata = {}
         if not isinstance(metadata, dict):
-            raise TraceFormatError(f"'metadata' must be an object, got {_json_type(metadata)}", line=line)
+            raise TraceFormatError(
+                f"'metadata' must be an object, got {_json_type(metadata)}", line=line, field="metadata"
+            )
         extra_keys = data.keys() - _ENVELOPE_SET
         extra = {k: v for k, v in data.items() if k in extra_keys} if extra_keys else {}
         obj = object.__new__(cls)

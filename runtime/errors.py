@@ -10,9 +10,15 @@ ArcanaRuntimeError                 base class: catch this to catch anything the 
 ├── ContextOverflowError           a message cannot fit the context window even on its own
 ├── ToolDefinitionError            a tool function cannot be described to the model
 └── TraceFormatError               a trace line or event is not a valid TraceEvent
+
+And the one shape of an error answer, shared by the server's API, its uploads and the CLI (a runtime
+module because the CLI cannot import the server): `error_body(error, [error_detail(...), ...])` gives
+`{"error": "...", "detail": [{"index"|"line": n, "field": "metadata.turn", "message": "..."}]}`.
 """
 
 from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
 
 
 class ArcanaRuntimeError(Exception):
@@ -67,9 +73,68 @@ class ToolDefinitionError(ArcanaRuntimeError, TypeError):
 
 class TraceFormatError(ArcanaRuntimeError, ValueError):
     """Raised when a trace event is not a valid Arcana TraceEvent. `line` is the 1-based line number
-    when it came from a file."""
+    when it came from a file; `field` the dotted path of the offending value (`"metadata.turn"`,
+    `"tool_call.args[2]"`) when one value is to blame."""
 
-    def __init__(self, message: str, *, line: int | None = None) -> None:
+    def __init__(self, message: str, *, line: int | None = None, field: str | None = None) -> None:
         super().__init__(message if line is None else f"line {line}: {message}")
         self.line = line
         self.reason = message
+        self.field = field
+
+
+# --------------------------------------------------------------------------------------------------
+# The one error shape
+
+
+class ErrorDetail(TypedDict):
+    """One item of an error answer's `detail`: where (`index` in a batch, or 1-based `line` of a file;
+    `field`, a dotted path, when one value is to blame) and what, in words a person understands."""
+
+    message: str
+    index: NotRequired[int]
+    line: NotRequired[int]
+    field: NotRequired[str]
+
+
+class ErrorBody(TypedDict):
+    error: str
+    detail: list[ErrorDetail]
+
+
+def error_detail(
+    message: str, *, index: int | None = None, line: int | None = None, field: str | None = None
+) -> ErrorDetail:
+    """Build one `ErrorDetail`; absent parts are left out (never `null`).
+
+    >>> error_detail("is in year 10000 once converted to UTC", index=3, field="timestamp")
+    {'index': 3, 'field': 'timestamp', 'message': 'is in year 10000 once converted to UTC'}
+    """
+    out: dict[str, Any] = {}
+    if index is not None:
+        out["index"] = index
+    if line is not None:
+        out["line"] = line
+    if field:
+        out["field"] = field
+    out["message"] = message
+    return out  # type: ignore[return-value]
+
+
+def error_body(error: str, detail: list[ErrorDetail] | None = None) -> ErrorBody:
+    """The one error shape: `{"error": summary, "detail": [ErrorDetail, ...]}`."""
+    return {"error": error, "detail": list(detail or [])}
+
+
+def detail_text(d: Any) -> str:
+    """One detail item as a line of text: `line 4: 'metadata.turn' is -1; ...` (the message names the
+    field itself). Tolerates the `{"line", "error"}` items of uploads stored before this shape."""
+    if not isinstance(d, dict):
+        return str(d)
+    if d.get("line") is not None:
+        where = f"line {d['line']}: "
+    elif d.get("index") is not None:
+        where = f"event {d['index']}: "
+    else:
+        where = ""
+    return f"{where}{d.get('message', d.get('error', ''))}"

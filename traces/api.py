@@ -7,7 +7,7 @@ error shape (STYLE.md item 9): `{"error": "...", "detail": [{"index"|"line": n, 
 
 from __future__ import annotations
 
-import json
+import logging
 import tempfile
 from collections.abc import Callable
 from datetime import datetime
@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.files import File
+from django.core.handlers.wsgi import LimitedStream
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from django.http import Http404
@@ -26,8 +27,9 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import APIView, exception_handler, set_rollback
 
+from runtime import errors as runtime_errors
 from traces import ingest
 from traces.authentication import ApiKeyAuthentication, key_of
 from traces.models import Event, Membership, PrimitiveEvent, Project, Run, Step, Turn, Upload
@@ -44,13 +46,16 @@ from traces.serializers import (
     UploadSerializer,
 )
 
+log = logging.getLogger(__name__)
+
 # --------------------------------------------------------------------------------------------------
 # Errors: one shape
 
 
 def error_body(error: str, detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The one error shape of the API, for API errors, JSONL line errors and upload errors alike."""
-    return {"error": error, "detail": detail or []}
+    """The one error shape of the API, for API errors, JSONL line errors and upload errors alike
+    (`runtime.errors.error_body`, which the CLI reads too)."""
+    return dict(runtime_errors.error_body(error, detail))  # type: ignore[arg-type]
 
 
 def error_response(code: int, error: str, detail: list[dict[str, Any]] | None = None) -> Response:
@@ -61,7 +66,14 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     """DRF's handler, reshaped into `{"error", "detail"}`."""
     response = exception_handler(exc, context)
     if response is None:
-        return None
+        # Not an API exception: a failure of ours, never the input's (validation refuses bad input
+        # before anything is written). Logged with its traceback; the client still gets JSON.
+        log.error("unexpected error in %s", context.get("view").__class__.__name__, exc_info=exc)
+        set_rollback()
+        return Response(
+            error_body("internal server error; it has been logged", []),
+            status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
     data = response.data
     if isinstance(exc, exceptions.ValidationError) and isinstance(data, dict):
         detail = [
@@ -125,6 +137,45 @@ def _content_length(request: Request) -> int | None:
     return value if value >= 0 else None
 
 
+def _buffer_chunked_body(request: Request, limit: int) -> None:
+    """Make a `Transfer-Encoding: chunked` body (no Content-Length) readable like any other.
+
+    Django sizes the body stream by Content-Length and reads nothing without one. gunicorn decodes
+    the chunks on `wsgi.input` (and marks it `wsgi.input_terminated`), so the body is read from there
+    into a spooled file, in bounded reads, stopping (413) past `limit`; then the request gets the
+    Content-Length it lacked and a stream over that file, and parsers (multipart included) see it
+    as a plain body. Called after authentication, so an anonymous client cannot make us read."""
+    meta = request._request.META
+    if "chunked" not in meta.get("HTTP_TRANSFER_ENCODING", "").lower() or meta.get("CONTENT_LENGTH"):
+        return
+    source = meta.get("wsgi.input")
+    if source is None or request._request._read_started:
+        return
+    spool = tempfile.SpooledTemporaryFile(max_size=1 << 20)
+    size = 0
+    while chunk := source.read(min(1 << 16, limit + 1 - size)):
+        size += len(chunk)
+        if size > limit:
+            spool.close()
+            raise PayloadTooLarge(limit)
+        spool.write(chunk)
+    spool.seek(0)
+    request._request._closable_objects.append(spool)
+    meta["CONTENT_LENGTH"] = str(size)
+    request._request._stream = LimitedStream(spool, size)
+
+
+class ChunkedBodyMixin:
+    """Views that take a body: accept it chunked too (`_buffer_chunked_body`), up to `body_limit()`."""
+
+    def body_limit(self) -> int:
+        raise NotImplementedError
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]
+        _buffer_chunked_body(request, self.body_limit())
+
+
 def _read_limited(request: Request, limit: int) -> bytes:
     """Read the body, refusing (413) above `limit` by Content-Length and by the bytes actually read."""
     length = _content_length(request)
@@ -160,8 +211,11 @@ class RawBodyParser(BaseParser):
         return {}
 
 
-class IngestView(BaseView):
+class IngestView(ChunkedBodyMixin, BaseView):
     """Store a batch of trace events for the key's project."""
+
+    def body_limit(self) -> int:
+        return int(settings.ARCANA_MAX_INGEST_BYTES)
 
     authentication_classes = [ApiKeyAuthentication]
     parser_classes = [RawBodyParser]
@@ -194,7 +248,7 @@ class IngestView(BaseView):
             return error_response(400, str(exc))
         try:
             payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # not JSON, not UTF-8, nested too deep
             return error_response(400, f"body is not valid JSON: {exc}")
         if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
             return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
@@ -207,8 +261,11 @@ class IngestView(BaseView):
 # Uploads
 
 
-class UploadListView(BaseView):
+class UploadListView(ChunkedBodyMixin, BaseView):
     """Upload a JSONL file (multipart field `file`, or a raw `application/x-ndjson` body)."""
+
+    def body_limit(self) -> int:
+        return int(settings.ARCANA_MAX_UPLOAD_BYTES) + 64 * 1024  # multipart framing adds a little
 
     # Multipart is parsed by DRF (so the session CSRF check and the view see the same form data);
     # any other body is read from the stream by the view itself.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._render import one_line, safe_text
+from ..errors import detail_text, error_detail
 from .command import Command, DataError, UsageError
 from .formatting import _dict, _list, _num
 
@@ -146,9 +147,15 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
     for k in ("status", "lines_total", "lines_done", "accepted", "duplicates", "rejected", "runs", "error"):
         if k in body:
             result[k] = body[k]
+    # The one error shape (runtime.errors): {"line", "field"?, "message"}; a server older than it wrote
+    # {"line", "error"}.
     result["line_errors"] = [
-        {"line": _dict(e).get("line"), "error": _dict(e).get("error", _dict(e).get("message"))}
-        for e in _list(body.get("line_errors"))
+        error_detail(
+            str(d.get("message", d.get("error", ""))),
+            line=d["line"] if isinstance(d.get("line"), int) else None,
+            field=d["field"] if isinstance(d.get("field"), str) else None,
+        )
+        for d in map(_dict, _list(body.get("line_errors")))
     ]
     _print_upload(c, result)
     return result
@@ -165,7 +172,7 @@ def _print_upload(c: Command, r: dict[str, Any]) -> None:
     else:
         c.out.line(f"{r['file']}: FAILED — {r.get('error') or r.get('status')}")
     for e in r.get("line_errors") or []:
-        c.out.line(f"  line {_num(e.get('line'))}: {e.get('error')}")
+        c.out.line(f"  {safe_text(detail_text(e))}")
 
 
 def _json_body(resp: Any) -> dict[str, Any]:

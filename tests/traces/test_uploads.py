@@ -85,9 +85,9 @@ def test_it_reports_line_errors_and_keeps_the_good_lines(api_client: Client, pro
     assert done["status"] == "done"
     assert (done["accepted"], done["rejected"], done["lines_done"]) == (2, 3, 5)
     assert done["line_errors"] == [
-        {"line": 2, "error": "not valid JSON: Expecting value at column 1"},
-        {"line": 3, "error": "event must be a JSON object, got string"},
-        {"line": 4, "error": "missing required field 'event_type'"},
+        {"line": 2, "message": "not valid JSON: Expecting value at column 1"},
+        {"line": 3, "message": "event must be a JSON object, got string"},
+        {"line": 4, "field": "event_type", "message": "missing required field 'event_type'"},
     ]
 
 
@@ -99,7 +99,7 @@ def test_it_keeps_what_a_truncated_gzip_held(api_client: Client, project: Projec
     )
     done = wait_done(api_client, r.json()["url"])
     assert done["status"] == "done" and 0 < done["accepted"] < len(events)
-    assert done["line_errors"][-1]["error"].endswith("(truncated gzip)")
+    assert done["line_errors"][-1]["message"].endswith("(truncated gzip)")
 
 
 def test_it_checks_team_access(api_client: Client, charlie_client: Client, project: Project) -> None:

@@ -12,7 +12,8 @@ from typing import IO, Any
 from django.conf import settings
 
 from runtime._trace import decode_jsonl_line
-from traces.ingest.validation import Source
+from runtime.errors import ErrorDetail, error_detail
+from traces.ingest.validation import MAX_DEPTH, TOO_MANY_DIGITS, Source
 from traces.ingest.writing import ingest_events
 from traces.models import (
     Project,
@@ -21,11 +22,15 @@ from traces.models import (
 
 @dataclass(frozen=True)
 class LineError:
+    """A line of a file that was not stored: its 1-based number, why, and the field to blame if one is."""
+
     line: int
     error: str
+    field: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "error": self.error}
+    def to_dict(self) -> ErrorDetail:
+        """The one error shape's detail item: `{"line": n, "field": "...", "message": "..."}`."""
+        return error_detail(self.error, line=self.line, field=self.field)
 
 
 @dataclass
@@ -39,10 +44,10 @@ class JsonlResult:
     line_errors: list[LineError] = field(default_factory=list)
     runs: set[str] = field(default_factory=set)
 
-    def add_error(self, line: int, error: str) -> None:
+    def add_error(self, line: int, error: str, field: str | None = None) -> None:
         self.rejected += 1
         if len(self.line_errors) < MAX_LINE_ERRORS:
-            self.line_errors.append(LineError(line, error))
+            self.line_errors.append(LineError(line, error, field))
 
 
 MAX_LINE_ERRORS = 1000
@@ -106,6 +111,12 @@ def iter_jsonl(
         except json.JSONDecodeError as exc:
             yield number, None, None, f"not valid JSON: {exc.msg} at column {exc.colno}"
             continue
+        except RecursionError:
+            yield number, None, None, f"the event is nested more than {MAX_DEPTH} levels deep"
+            continue
+        except ValueError:  # an integer of more than 4,300 digits
+            yield number, None, None, f"the event cannot be decoded: {TOO_MANY_DIGITS}"
+            continue
         yield number, value, text, None
 
 
@@ -157,7 +168,7 @@ def ingest_jsonl(
             total.runs.update(res.runs)
             for r in res.results:
                 if r.status == "rejected":
-                    total.add_error(lines[r.index], r.error or "rejected")
+                    total.add_error(lines[r.index], r.error or "rejected", r.field)
             buf.clear()
             texts.clear()
             lines.clear()

@@ -1,39 +1,85 @@
 """`check_*`: untrusted input (request bodies, decoded events) checked before anything is written.
 
-Every item is checked on its own; a bad one raises `TraceFormatError` with a reason and becomes a
-`rejected` `EventResult` with its index, so the valid items of the same batch are still written.
+Every source (`POST /api/v1/ingest`, uploads, `import_traces`, the worker's sink) goes through
+`check_events`. Each item is checked on its own; a bad one becomes a `rejected` `EventResult` with its
+index, the field to blame and a message, and the valid items of the same batch are still written.
+
+The rules (docs/guide/ingestion.md, "Limits and rules"), beyond the envelope of `TraceEvent.from_dict`
+(which also holds the id rule: `run_id` / `step_id` 1–200 characters, no `/`, no control character):
+
+- nesting: objects and arrays at most `MAX_DEPTH` levels deep (a deeper body is refused while parsing);
+- strings, object keys included, anywhere: no NUL (PostgreSQL cannot store it) and no lone surrogate
+  (it is not Unicode: it cannot be encoded to UTF-8);
+- numbers anywhere: finite (no NaN / Infinity, which Python's json accepts) and integers within
+  ±(2**53 − 1), the range every JSON reader keeps exactly;
+- `timestamp`: inside what the database and every page can hold once converted to UTC
+  (`MIN_TIMESTAMP` … `MAX_TIMESTAMP`);
+- columns: `event_type` at most 100 characters, `parent_step_id` and `metadata.source_agent` (a
+  string) at most 200; `metadata.turn` / `metadata.step` (when integers) 0 … `MAX_TURN`;
+  `llm_latency_ms` 0 … 2**31 − 1.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
+import re
 import zlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runtime._trace import TraceEvent
-from runtime.errors import TraceFormatError
+from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
 Status = Literal["accepted", "duplicate", "rejected"]
-
-
 Source = Literal["api", "upload", "cli", "worker", "rebuild"]
+
+#: Deepest nesting of objects and arrays in one event (the event object itself is level 1). Deep
+#: enough for any real trace (ours reach 6); shallow enough that no reader, renderer or serializer of
+#: a stored event comes near Python's recursion limit.
+MAX_DEPTH = 32
+#: Largest integer magnitude anywhere in an event: 2**53 − 1, what JavaScript and most JSON readers keep
+#: exactly. Beyond it a page would show another number than the one stored.
+MAX_SAFE_INT = 2**53 - 1
+#: Largest `metadata.turn` / `metadata.step`: a turn number is a 32-bit column and a path segment.
+MAX_TURN = 1_000_000_000
+MAX_INT32 = 2**31 - 1
+#: Event timestamps stored and shown: a day inside the years 1–9999 at each end, so the time is a valid
+#: date once converted to UTC and in every time zone a page may show it in.
+MIN_TIMESTAMP = datetime(1, 1, 2, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+#: Column widths of `Event` that the envelope check does not bound.
+MAX_EVENT_TYPE = 100
+MAX_NAME = 200
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
 class EventResult:
-    """The fate of one input item. `index` is 0-based in the batch (a file line for JSONL callers)."""
+    """The fate of one input item. `index` is 0-based in the batch (a file line for JSONL callers);
+    a rejected item says why (`error`) and, when one value is to blame, where (`field`, a dotted path)."""
 
     index: int
     status: Status
     error: str | None = None
+    field: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"index": self.index, "status": self.status}
         if self.error is not None:
             out["error"] = self.error
+        if self.field is not None:
+            out["field"] = self.field
         return out
+
+    def detail(self, *, line: int | None = None) -> ErrorDetail:
+        """This rejection as an item of the one error shape (by `line` for files, else by index)."""
+        if line is not None:
+            return error_detail(self.error or "rejected", line=line, field=self.field)
+        return error_detail(self.error or "rejected", index=self.index, field=self.field)
 
 
 @dataclass
@@ -47,12 +93,20 @@ class IngestResult:
     runs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The API's answer. With rejections it also carries the one error shape (`error`, `detail`)."""
+        out: dict[str, Any] = {
             "accepted": self.accepted,
             "duplicates": self.duplicates,
             "rejected": self.rejected,
             "results": [r.to_dict() for r in self.results],
         }
+        if self.rejected:
+            n = len(self.results)
+            out["error"] = (
+                f"{self.rejected} of {n} event{'s' if n != 1 else ''} rejected; the others were stored"
+            )
+            out["detail"] = [r.detail() for r in self.results if r.status == "rejected"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -64,12 +118,75 @@ class CheckedEvent:
     raw: str
 
 
+class Undecodable:
+    """An item of a batch body that the JSON decoder could not turn into a value (nested too deep, an
+    integer too long); `check_event` rejects it with `reason`."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------------------------------
+# check_*
+
+
 def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
-    """Validate one untrusted decoded JSON value as a trace event. Raises `TraceFormatError`."""
+    """Validate one untrusted decoded JSON value as a trace event. Raises `TraceFormatError` (with
+    `field` set when one value is to blame). See the module docstring for the rules."""
+    if data.__class__ is Undecodable:
+        raise TraceFormatError(data.reason, line=index)
+    if isinstance(data, dict):
+        # Before the envelope: `from_dict` must never see a NaN (int(nan) raises) or a NUL.
+        problem = _scan(data, 1)
+        if problem is not None:
+            path, message = problem
+            where = _field(path)
+            raise TraceFormatError(
+                f"'{where}' {message}" if where else message, line=index, field=where or None
+            )
     ev = TraceEvent.from_dict(data, line=index)
-    agent = ev.metadata.get("source_agent")
-    if agent is not None and not isinstance(agent, str):
-        raise TraceFormatError("'metadata.source_agent' must be a string", line=index)
+    ts = ev.timestamp_dt
+    try:
+        utc = ts.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not MIN_TIMESTAMP <= utc <= MAX_TIMESTAMP:
+        raise TraceFormatError(
+            f"'timestamp' {_show(ev.timestamp)} is outside the range stored "
+            f"({MIN_TIMESTAMP.date().isoformat()} to {MAX_TIMESTAMP.date().isoformat()} once converted to UTC)",
+            line=index,
+            field="timestamp",
+        )
+    if len(ev.event_type) > MAX_EVENT_TYPE:
+        _too_long("event_type", ev.event_type, MAX_EVENT_TYPE, index)
+    if ev.parent_step_id is not None and len(ev.parent_step_id) > MAX_NAME:
+        _too_long("parent_step_id", ev.parent_step_id, MAX_NAME, index)
+    md = ev.metadata
+    agent = md.get("source_agent")
+    if agent is not None:
+        if not isinstance(agent, str):
+            raise TraceFormatError(
+                "'metadata.source_agent' must be a string or null", line=index, field="metadata.source_agent"
+            )
+        if len(agent) > MAX_NAME:
+            _too_long("metadata.source_agent", agent, MAX_NAME, index)
+    for key in ("turn", "step"):
+        n = md.get(key)
+        if n.__class__ is int and not 0 <= n <= MAX_TURN:
+            raise TraceFormatError(
+                f"'metadata.{key}' is {n}; a {key} number must be between 0 and {MAX_TURN:,}",
+                line=index,
+                field=f"metadata.{key}",
+            )
+    latency = ev.llm_latency_ms
+    if latency is not None and not 0 <= latency <= MAX_INT32:
+        raise TraceFormatError(
+            f"'llm_latency_ms' is {latency}; it must be between 0 and {MAX_INT32:,}",
+            line=index,
+            field="llm_latency_ms",
+        )
     return ev
 
 
@@ -83,7 +200,7 @@ def check_events(
         try:
             ev = check_event(item)
         except TraceFormatError as exc:
-            bad.append(EventResult(i, "rejected", exc.reason))
+            bad.append(EventResult(i, "rejected", exc.reason, exc.field))
             continue
         raw = raw_texts[i] if raw_texts is not None else None
         if raw is None:
@@ -92,32 +209,178 @@ def check_events(
     return ok, bad
 
 
+def _too_long(name: str, value: str, limit: int, index: int | None) -> None:
+    raise TraceFormatError(
+        f"'{name}' is {len(value)} characters long; at most {limit} are allowed", line=index, field=name
+    )
+
+
+def _string_problem(s: str) -> str | None:
+    if "\x00" in s:
+        return f"contains a NUL character (U+0000) at position {s.index(chr(0)) + 1}; it cannot be stored"
+    m = _SURROGATE.search(s)
+    if m is not None:
+        return (
+            f"contains a lone surrogate (U+{ord(m.group()):04X}) at position {m.start() + 1}; "
+            "it is not valid Unicode text"
+        )
+    return None
+
+
+def _scalar_problem(x: Any) -> str | None:
+    """What is wrong with a non-container value, or None. Exact-type tests first: the common case."""
+    cls = x.__class__
+    if cls is str:
+        return _string_problem(x) if "\x00" in x or _SURROGATE.search(x) else None
+    if cls is int:
+        if -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
+            return None
+        return f"is {_show_int(x)}, outside ±(2**53 − 1), the range of integers JSON readers keep exactly"
+    if cls is float:
+        return None if math.isfinite(x) else f"is {x}, not a finite number (NaN and Infinity are not JSON)"
+    return None
+
+
+def _scan(value: Any, depth: int) -> tuple[list[Any], str] | None:
+    """The first problem in a decoded JSON container at nesting level `depth`: (path, message).
+
+    Recursive, but never deeper than `MAX_DEPTH` + 1 frames: a container is refused before its
+    children are visited. About 7 µs for a typical small event (bench/ingest.py mix (a))."""
+    if depth > MAX_DEPTH:
+        return [], f"is nested more than {MAX_DEPTH} levels deep"
+    if value.__class__ is dict:
+        items: Any = value.items()
+    else:
+        items = enumerate(value)
+    for k, x in items:
+        if k.__class__ is str and ("\x00" in k or _SURROGATE.search(k)):
+            return [k], f"(an object key) {_string_problem(k)}"
+        cls = x.__class__
+        if cls is dict or cls is list:
+            found = _scan(x, depth + 1)
+            if found is not None:
+                found[0].insert(0, k)
+                return found
+        elif cls is str or cls is int or cls is float:
+            message = _scalar_problem(x)
+            if message is not None:
+                return [k], message
+        elif isinstance(x, dict | list):  # a subclass (never from json; from a Python caller)
+            found = _scan(x, depth + 1)
+            if found is not None:
+                found[0].insert(0, k)
+                return found
+    return None
+
+
+def _field(path: list[Any]) -> str:
+    """`["metadata", "messages", 2, "content"]` → `metadata.messages[2].content` (keys made printable)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            text = _printable(part, 60)
+            out += f".{text}" if out else text
+        if len(out) > 200:
+            return out[:200] + "…"
+    return out
+
+
+TOO_MANY_DIGITS = "it holds a number of more than 4,300 digits"
+
+
+def _printable(s: str, limit: int) -> str:
+    """`s` with every non-printable character escaped (so a message or a field path can be stored and
+    shown anywhere), cut to about `limit` characters."""
+    cut = s[:limit]
+    if not cut.isprintable() or _SURROGATE.search(cut):
+        cut = json.dumps(cut)[1:-1]
+    return cut + ("…" if len(s) > limit else "")
+
+
+def _show(s: str) -> str:
+    return f"'{_printable(s, 40)}'"
+
+
+def _show_int(n: int) -> str:
+    digits = len(str(abs(n))) if abs(n) < 10**4000 else 4000
+    return str(n) if digits <= 30 else f"{'-' if n < 0 else ''}(a {digits}-digit number)"
+
+
+# --------------------------------------------------------------------------------------------------
+# Request bodies
+
+
 def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
     """Decode a `POST /api/v1/ingest` body. Returns `(payload, raw_texts)`.
 
     For the usual shape, an object whose only key is `"events"` holding an array, `payload` is
     `{"events": [...]}` and `raw_texts[i]` is the exact JSON text of `events[i]` in the body (stored as
-    the raw event, so nothing is re-serialised and the producer's bytes are kept). Any other body is
-    decoded with `json.loads` and `raw_texts` is None. Raises `json.JSONDecodeError` /
-    `UnicodeDecodeError` for a body that is not JSON, exactly as `json.loads(body)` would.
+    the raw event, so nothing is re-serialised and the producer's bytes are kept). An item the decoder
+    cannot turn into a value (nested hundreds of levels deep, an integer of thousands of digits) is an
+    `Undecodable` in its place, so only that event is rejected. Any other body is decoded with
+    `json.loads` and `raw_texts` is None. Raises `ValueError` (`json.JSONDecodeError`,
+    `UnicodeDecodeError`, or a plain `ValueError` for a body nested too deep) for a body that is not
+    JSON; its message says why.
     """
     try:
         return _scan_batch(body.decode("utf-8") if isinstance(body, bytes | bytearray) else body)
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         # Not the usual shape (or not JSON): the plain decoder gives the answer and the error message.
+        pass
+    try:
         return json.loads(body), None
+    except RecursionError:
+        raise ValueError(
+            f"the body is nested too deeply (an event may be at most {MAX_DEPTH} levels deep)"
+        ) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer longer than Python converts (4,300 digits)
+        raise ValueError(f"the body cannot be decoded: {TOO_MANY_DIGITS}") from None
 
 
 _WS = " \t\n\r"
-
-
 _decode_at = json.JSONDecoder().raw_decode
+# One JSON token: a string, a bracket, or a run of scalar characters (numbers and literals).
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|[^\s,:\[\]{}"]+')
 
 
 def _skip(text: str, i: int) -> int:
     while text[i] in _WS:
         i += 1
     return i
+
+
+def _skip_value(text: str, i: int) -> int:
+    """The end of the JSON value starting at `i`, found without decoding it (for an item the C decoder
+    refused: too deep, or too long a number). Raises ValueError when it is not well-formed."""
+    depth = 0
+    for m in _TOKEN.finditer(text, i):
+        tok = m.group()
+        if tok in ("[", "{"):
+            depth += 1
+        elif tok in ("]", "}"):
+            depth -= 1
+            if depth < 0:
+                raise ValueError("unbalanced")
+        if depth == 0:
+            return m.end()
+    raise ValueError("unterminated value")
+
+
+def _decode_item(text: str, i: int) -> tuple[Any, int]:
+    try:
+        return _decode_at(text, i)
+    except RecursionError:
+        end = _skip_value(text, i)
+        return Undecodable(f"the event is nested more than {MAX_DEPTH} levels deep"), end
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer of more than 4,300 digits
+        end = _skip_value(text, i)
+        return Undecodable(f"the event cannot be decoded: {TOO_MANY_DIGITS}"), end
 
 
 def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
@@ -142,9 +405,9 @@ def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
         i += 1
     else:
         while True:
-            value, end = _decode_at(text, i)
+            value, end = _decode_item(text, i)
             events.append(value)
-            raws.append(text[i:end])
+            raws.append(None if value.__class__ is Undecodable else text[i:end])
             i = _skip(text, end)
             if text[i] == ",":
                 i = _skip(text, i + 1)

@@ -11,14 +11,24 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import InterfaceError, OperationalError, connection, models, transaction
 from django.utils import timezone
 
 from runtime._trace import TraceEvent
+from runtime.errors import TraceFormatError
 from traces.ingest.bulk import _insert_events, _insert_projections, _update_runs
 from traces.ingest.incremental import do_project_turns
 from traces.ingest.projection import local_turn, project_run
-from traces.ingest.validation import CheckedEvent, EventResult, IngestResult, Source, Status, check_events
+from traces.ingest.validation import (
+    CheckedEvent,
+    EventResult,
+    IngestResult,
+    Source,
+    Status,
+    _printable,
+    check_event,
+    check_events,
+)
 from traces.models import (
     ContextDecision,
     Event,
@@ -46,11 +56,31 @@ def ingest_events(
     the stored raw event is byte-for-byte what the producer wrote). Results are in input order.
     """
     checked, rejected = check_events(events, raw_texts=raw_texts)
-    statuses = do_ingest(project, checked) if checked else {}
-    result = IngestResult()
     by_index = {r.index: r for r in rejected}
+    statuses: dict[int, Status] = {}
+    if checked:
+        try:
+            statuses = do_ingest(project, checked)
+        except Exception as exc:
+            if _is_outage(exc):
+                raise
+            # Validation let through something the database or the projection cannot take (a bug of
+            # ours): store the batch event by event, so only the event(s) to blame are lost. Logged.
+            log.exception(
+                "ingest via %s: a batch of %s events failed; retrying one by one", source, len(checked)
+            )
+            for c in checked:
+                try:
+                    statuses.update(do_ingest(project, [c]))
+                except Exception as one_exc:
+                    if _is_outage(one_exc):
+                        raise
+                    log.exception("ingest via %s: event %s could not be stored", source, c.index)
+                    by_index[c.index] = EventResult(c.index, "rejected", STORE_FAILED)
+    result = IngestResult()
     for c in checked:
-        by_index[c.index] = EventResult(c.index, statuses[c.index])
+        if c.index not in by_index:
+            by_index[c.index] = EventResult(c.index, statuses[c.index])
     result.results = [by_index[i] for i in range(len(events))]
     for r in result.results:
         if r.status == "accepted":
@@ -59,9 +89,27 @@ def ingest_events(
             result.duplicates += 1
         else:
             result.rejected += 1
-    result.runs = sorted({c.event.run_id for c in checked})
+    result.runs = sorted({c.event.run_id for c in checked if c.index in statuses})
     log.debug("ingest via %s: %s accepted, %s duplicates", source, result.accepted, result.duplicates)
     return result
+
+
+#: The message of an event that passed validation but could not be written (see `ingest_events`).
+STORE_FAILED = (
+    "the event passed validation but could not be stored (a server error, logged); please report it"
+)
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """True for a failure of the database itself (down, connection lost), not of the data: retrying
+    event by event would only reject good events, so the caller gets the error (a 5xx / a retry)."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - SQLite-only installs
+        return False
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 def _lock_runs(project: Project, run_ids: list[str]) -> dict[str, Run]:
@@ -213,24 +261,71 @@ def _load_events(project: Project, runs: list[Run]) -> dict[int, list[TraceEvent
     return out
 
 
-def do_rebuild_projections(*, project: Project | None = None, run_id: str | None = None) -> int:
+def do_rebuild_projections(
+    *, project: Project | None = None, run_id: str | None = None, problems: list[str] | None = None
+) -> int:
     """Recompute projections of every run (of `project`, or the one `run_id`) from raw events.
 
-    Gives the same rows as ingestion did. One transaction per run, with the run locked. Returns the
-    number of runs rebuilt."""
+    Gives the same rows as ingestion did. One transaction per run, with the run locked. Never stops on
+    one bad row or run: a stored event that no longer passes `check_event` (stored by an older version,
+    or edited in the database) is left out of its run's projection, and a run that still cannot be
+    projected keeps its old rows; each is described in `problems` (when given) and logged, and the
+    other runs go on. Returns the number of runs rebuilt."""
     qs = Run.objects.all()
     if project is not None:
         qs = qs.filter(project=project)
     if run_id is not None:
         qs = qs.filter(run_id=run_id)
+    found: list[str] = [] if problems is None else problems
     count = 0
-    for pk in qs.order_by("pk").values_list("pk", flat=True):
-        with transaction.atomic():
-            run = Run.objects.select_for_update().select_related("project").get(pk=pk)
-            events = _load_events(run.project, [run])
-            do_write_projections([run], events, replace=[run.pk])
+    for pk, pid, rid in qs.order_by("pk").values_list("pk", "project_id", "run_id"):
+        label = f"run {rid!r} of project {pid}"
+        try:
+            with transaction.atomic():
+                # The run's own dates are recomputed: cleared first, so a value Python cannot read
+                # (stored before timestamps were checked) does not stop the rebuild.
+                Run.objects.filter(pk=pk).update(started_at=None, ended_at=None)
+                run = Run.objects.select_for_update().select_related("project").get(pk=pk)
+                events = _load_checked_events(run, label, found)
+                if events:
+                    do_write_projections([run], {run.pk: events}, replace=[run.pk])
+                else:
+                    found.append(f"{label}: no valid event left; its projections are empty")
+                    _delete_projections([run.pk])
+        except Exception as exc:
+            if _is_outage(exc):
+                raise
+            log.exception("rebuild_projections: %s failed", label)
+            found.append(f"{label}: not rebuilt ({type(exc).__name__}: {_printable(str(exc), 300)})")
+            continue
         count += 1
     return count
+
+
+def _load_checked_events(run: Run, label: str, problems: list[str]) -> list[TraceEvent]:
+    """Every stored event of `run` that passes `check_event` today; the others are reported."""
+    out: list[TraceEvent] = []
+    rows = Event.objects.filter(project_id=run.project_id, run_id=run.run_id).values_list(
+        "pk", "step_id", "raw"
+    )
+    for pk, sid, raw in rows.iterator(chunk_size=2000):
+        try:
+            out.append(check_event(json.loads(raw)))
+        except TraceFormatError as exc:
+            problems.append(f"{label}: event {pk} ({_printable(sid, 60)}) left out: {exc.reason}")
+        except (ValueError, RecursionError) as exc:
+            problems.append(
+                f"{label}: event {pk} ({_printable(sid, 60)}) left out: not readable JSON ({exc})"
+            )
+    return out
+
+
+def _delete_projections(run_pks: list[int]) -> None:
+    # Children first; `_raw_delete` is one DELETE per table with no collector round trips, which is
+    # safe because nothing else points at these rows and they have no signals.
+    for model in (ContextDecision, PrimitiveEvent, Pin, Step, Turn):
+        qs = model.objects.filter(run_id__in=run_pks)
+        qs._raw_delete(qs.db)
 
 
 def do_write_projections(
@@ -241,11 +336,7 @@ def do_write_projections(
     Must run inside a transaction holding the runs' row locks. `replace` names the runs that may have
     projection rows already (they are deleted first); the others are known to have none."""
     if replace:
-        # Children first; `_raw_delete` is one DELETE per table with no collector round trips, which is
-        # safe because nothing else points at these rows and they have no signals.
-        for model in (ContextDecision, PrimitiveEvent, Pin, Step, Turn):
-            qs = model.objects.filter(run_id__in=replace)
-            qs._raw_delete(qs.db)
+        _delete_projections(replace)
     projections = [project_run(events_of[run.pk]) for run in runs]
     now = timezone.now()
     for run, proj in zip(runs, projections, strict=True):

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runtime.errors import detail_text
 from traces import ingest
 from traces.management.commands._common import find_project
 
@@ -89,7 +90,7 @@ class Command(BaseCommand):
                     f"{path}: {res.accepted} accepted, {res.duplicates} duplicates, {res.rejected} rejected"
                 )
                 for err in res.line_errors:
-                    self.stdout.write(f"  line {err.line}: {err.error}")
+                    self.stdout.write(f"  {detail_text(err.to_dict())}")
                 totals.accepted += res.accepted
                 totals.duplicates += res.duplicates
                 totals.rejected += res.rejected
