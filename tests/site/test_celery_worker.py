@@ -37,3 +37,10 @@ def test_it_reports_a_real_worker_on_healthz(celery_worker_process: subprocess.P
         time.sleep(0.2)
     assert queues["ingest"]["count"] >= 1 and queues["agents"]["count"] >= 1
     assert any(name.startswith("test-") for name in queues["ingest"]["names"])
+
+
+def test_it_routes_only_tasks_that_exist() -> None:
+    import traces.tasks  # noqa: F401  (registers the tasks)
+
+    routed = set(app.conf.task_routes)
+    assert routed and routed <= set(app.tasks), routed - set(app.tasks)

@@ -9,6 +9,7 @@ queued for the Celery worker, which streams it into the project while it plays.
 from __future__ import annotations
 
 import secrets
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +48,15 @@ class Command(BaseCommand):
             )
             proj, _ = Project.objects.get_or_create(team=team_obj, slug=project, defaults={"name": "Demo"})
 
+        change = f"{_manage_prefix()}.venv/bin/python manage.py changepassword {username}"
         if password:
             self.stdout.write("")
             self.stdout.write(f"  Demo login (shown once):  {username} / {password}")
-            self.stdout.write(f"  Change it with: .venv/bin/python manage.py changepassword {username}")
+            self.stdout.write(f"  Change it with: {change}")
             self.stdout.write("")
         else:
             self.stdout.write(
-                f"Demo login: {username} (its password was printed at the first start; "
-                f"reset it with .venv/bin/python manage.py changepassword {username})"
+                f"Demo login: {username} (its password was printed at the first start; reset it with {change})"
             )
 
         if Run.objects.filter(project=proj).exists():
@@ -71,3 +72,11 @@ class Command(BaseCommand):
         # streamed into the project as it runs: the first thing a new user sees is the real path.
         run_demo_conversation.delay_on_commit(proj.pk)
         self.stdout.write("Queued the runtime's demo conversation for the worker.")
+
+
+def _manage_prefix() -> str:
+    """What a printed manage.py command needs in front to reach this installation: nothing for the
+    default data folder (settings find its key and database there), `ARCANA_DATA_DIR=…` otherwise."""
+    if settings.DATA_DIR == (settings.BASE_DIR / "var").resolve():
+        return ""
+    return f"ARCANA_DATA_DIR={shlex.quote(str(settings.DATA_DIR))} "
