@@ -23,7 +23,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime._trace_reader import pin_active_at
+from runtime.facts import pin_active_at
 
 
 class Team(models.Model):
@@ -184,11 +184,13 @@ def projects_for_user(user: Any, action: str = Action.READ) -> QuerySet[Project]
 class Run(models.Model):
     """One trace (one `run_id`) in a project, with counters projected from its raw events.
 
-    `status`: `running` until the run's last step ends it — `completed` when the last `turn` event says
-    the answer is complete (`assessment.completed`, or `finish_reason == "stop"` with no tool calls),
-    `failed` when the last event is an `error` / a failed assessment / `stop_reason == "error"`. A run
-    with no event of a step at all (an Arcana 1.2 session file holding only `history_seeded`) will
-    never get one: it is `completed` with zero steps ("no steps" on the pages).
+    `status`, `failure` and `errors` are `runtime.facts.run_outcome` of its events: `failed` (with the
+    reason in `failure`) when an error stopped it or its last step failed — including an arcana-agent 1.2
+    send whose model never answered —, `completed` when its last answer is final, else `running`; a run
+    with no event of a step at all (an Arcana 1.2 session file holding only `history_seeded`) is
+    `completed` with zero steps ("no steps" on the pages). `errors` counts failed tool calls, unknown
+    tools and other errors alike, for both producers. `bundle_id` / `delegated_by_run_id` are
+    `runtime.facts.run_links`: the sub-agent bundle the run belongs to and the run that delegated it.
 
     `status` is a pure function of the run's events; whether a `running` run is still *live* also
     depends on the clock, so it is the property `is_live`, computed when a page is drawn (no re-ingest).
@@ -219,6 +221,9 @@ class Run(models.Model):
     tokens = models.PositiveBigIntegerField(default=0)
     tool_calls = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
+    failure = models.TextField(blank=True)  # why a failed run failed (runtime.facts.run_outcome)
+    bundle_id = models.CharField(max_length=200, blank=True)  # metadata.bundle_id ("" outside a bundle)
+    delegated_by_run_id = models.CharField(max_length=200, blank=True)  # metadata.delegated_by_run_id
     primitives = models.PositiveIntegerField(default=0)
     recall_count = models.PositiveIntegerField(default=0)
     pin_count = models.PositiveIntegerField(default=0)
@@ -235,6 +240,9 @@ class Run(models.Model):
         indexes = [
             # The runs list: newest first per project.
             models.Index(fields=["project", "-started_at"], name="run_project_started_idx"),
+            # A run page lists the runs of its bundle and the runs it delegated.
+            models.Index(fields=["project", "bundle_id"], name="run_project_bundle_idx"),
+            models.Index(fields=["project", "delegated_by_run_id"], name="run_project_delegated_idx"),
         ]
 
     def __str__(self) -> str:
@@ -293,6 +301,8 @@ class Run(models.Model):
         queued, the run's last turn event says "complete" although more are coming."""
         if self.is_live:
             return True
+        if self.source != self.Source.RUNTIME:
+            return False  # only our runtime's runs have a conversation (no query for uploads)
         conversation = self.conversation
         return conversation is not None and conversation.is_active
 
@@ -375,6 +385,8 @@ class TurnDict(TypedDict):
     compressions: int
     primitives: int
     tool_calls: int
+    errors: int
+    failure: str
     started_at: str | None
     ended_at: str | None
 
@@ -394,7 +406,9 @@ class Turn(models.Model):
     strategy = models.CharField(max_length=100, blank=True)  # the strategy of the turn's last decision
     compressions = models.PositiveIntegerField(default=0)  # sum of compressed_count over its decisions
     primitives = models.PositiveIntegerField(default=0)
-    tool_calls = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)  # tool calls the model asked for (not primitives)
+    errors = models.PositiveIntegerField(default=0)  # runtime.facts.step_errors over its steps
+    failure = models.TextField(blank=True)  # why the send failed (runtime.facts.turn_outcome), or ""
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
@@ -420,6 +434,8 @@ class Turn(models.Model):
             compressions=self.compressions,
             primitives=self.primitives,
             tool_calls=self.tool_calls,
+            errors=self.errors,
+            failure=self.failure,
             started_at=self.started_at.isoformat() if self.started_at else None,
             ended_at=self.ended_at.isoformat() if self.ended_at else None,
         )
@@ -471,6 +487,9 @@ class Step(models.Model):
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     completed = models.BooleanField(null=True)  # the turn event's assessment
     failed = models.BooleanField(null=True)
+    # runtime.facts.step_errors (dicts: kind, message, name, ends_send) and step_failure ("" if none).
+    errors = models.JSONField(default=list)
+    failure = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -496,6 +515,10 @@ class MessageDecisionDict(TypedDict):
     reason: str | None
     pinned: bool
     pin_id: str | None
+    # Pinned blocks: `index` is where the block really was in the working set, `raw_index` the index the
+    # producer wrote (arcana-agent 1.2 writes a synthetic one), `pin_id` the pin it is
+    # (runtime.facts.pinned_blocks). For other rows `raw_index` equals `index`.
+    raw_index: int | None
 
 
 #: The keys of one message decision, in the order they are stored.

@@ -128,7 +128,7 @@ def test_it_shows_the_customer_pin_at_the_right_turns(alice_client: Client, inge
     assert customer["created_turn"] == 3 and customer["unpinned_turn"] == 8
     assert customer["content"].startswith("Customer: ACME Corp")
     prims = _turn(alice_client, 8)["primitive_events"]
-    assert [(p["primitive"], p["ok"], p["note"]) for p in prims] == [("unpin", True, "unpinned p_825eb861")]
+    assert [(p["primitive"], p["ok"], p["note"]) for p in prims] == [("unpin", True, "pin_id=p_825eb861 ok")]
 
 
 def test_its_steps_carry_their_tool_results(alice_client: Client, project: Project, tmp_path: Path) -> None:

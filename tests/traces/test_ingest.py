@@ -57,15 +57,15 @@ def test_it_projects_the_pin_recall_run_like_the_reader(project: Project) -> Non
     active = [t for t in range(1, 11) if customer.is_active_at(t)]
     assert active == list(range(customer.created_turn, customer.unpinned_turn + 1))
     assert pins["constraints"].until_turn == 3
-    # Primitive results, as the CLI prints them.
+    # Primitive results, in the one wording the CLI prints too (runtime.facts.primitive_outcome).
     notes = list(
         PrimitiveEvent.objects.filter(run=run).order_by("timestamp").values_list("primitive", "ok", "note")
     )
-    assert notes[0] == ("pin", True, "pin_id=p_76a38c7e label='constraints'")
+    assert notes[0] == ("pin", True, "pin_id=p_76a38c7e label='constraints' until_turn=3")
     assert ("recall", True, "turn=2 → 2 messages") in notes
-    assert ("recall", False, "turn out of range: 999, max=4") in notes
-    assert ("unpin", False, "unknown pin_id (already removed or never existed)") in notes
-    assert ("pin", False, "rejected: pin_budget_exceeded") in notes
+    assert ("recall", False, "turn=999 → turn out of range: 999, max=4") in notes
+    assert ("unpin", False, "pin_id=p_00000000 unknown id") in notes
+    assert ("pin", False, "REJECTED pin_budget_exceeded (40+4325 > 3500)") in notes
     assert all(p.step_id is not None for p in PrimitiveEvent.objects.filter(run=run))
 
 

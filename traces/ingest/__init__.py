@@ -43,14 +43,10 @@ from traces.ingest.jsonl import (
     open_jsonl,
 )
 from traces.ingest.projection import (
-    STEP_EVENT_TYPES,
-    UNRECORDED_CALL,
     local_turn,
     message_decision,
     message_decisions,
-    primitive_outcome,
     project_run,
-    tool_results,
 )
 from traces.ingest.validation import (
     BodyTooLarge,
@@ -73,8 +69,6 @@ from traces.ingest.writing import (
 
 __all__ = [
     "MAX_LINE_ERRORS",
-    "STEP_EVENT_TYPES",
-    "UNRECORDED_CALL",
     "BodyTooLarge",
     "CheckedEvent",
     "EventResult",
@@ -105,8 +99,6 @@ __all__ = [
     "message_decisions",
     "open_jsonl",
     "parse_batch",
-    "primitive_outcome",
     "project_run",
     "read_body",
-    "tool_results",
 ]

@@ -12,13 +12,14 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from runtime._trace import TraceEvent
-from runtime._trace_reader import (
+from runtime import TraceEvent
+from runtime.facts import (
     PinLifetime,
     TurnView,
     build_steps,
     normalize_events,
     pin_lifetimes,
+    status_from_last,
 )
 from traces.ingest.bulk import _insert_projections, _update_runs
 from traces.ingest.projection import (
@@ -26,7 +27,6 @@ from traces.ingest.projection import (
     _parse_stored,
     _pin_row,
     _project_turns,
-    _run_status,
     _sort_key,
     _top_model,
     local_turn,
@@ -126,7 +126,12 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     stamps = [ev.timestamp_dt for ev in new]
     run.agents = sorted(set(run.agents) | {a for ev in new if (a := ev.source_agent)})
     run.model = model[:200]
-    run.status = _run_status(last, False, last_turn)
+    run.status = status_from_last(last, last_turn)
+    if run.status == Run.Status.FAILED:
+        return False  # the reason of a failed run is a whole-run fact (`runtime.facts.run_outcome`)
+    for key, value in (("bundle_id", run.bundle_id), ("delegated_by_run_id", run.delegated_by_run_id)):
+        if any(ev.metadata.get(key, value or None) != (value or None) for ev in new):
+            return False  # a run's links are its first event's (`runtime.facts.run_links`): whole run
     run.started_at = min([*stamps, run.started_at] if run.started_at else stamps)
     run.ended_at = max([*stamps, run.ended_at] if run.ended_at else stamps)
     if not agg["steps"]:
@@ -137,8 +142,8 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     run.prompt_tokens = agg["prompt_tokens"] or 0
     run.completion_tokens = agg["completion_tokens"] or 0
     run.tokens = agg["tokens"] or 0
-    run.tool_calls += sum(1 for ev in new if ev.event_type == "tool_call")
-    run.errors += sum(1 for ev in new if ev.event_type == "error")
+    run.tool_calls = agg["tool_calls"] or 0
+    run.errors = agg["errors"] or 0  # every event of such a run belongs to a turn
     run.primitives += sum(by_primitive.values())
     run.recall_count += by_primitive.get("recall", 0)
     run.pin_count += by_primitive.get("pin", 0)
@@ -189,7 +194,9 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
 @dataclass
 class _RunSummary:
     models: Counter[str]  # steps per non-empty model, over the whole run
-    turns: dict[str, Any]  # turns, steps, prompt_tokens, completion_tokens, tokens, peak_utilization
+    turns: dict[
+        str, Any
+    ]  # turns, steps, prompt/completion/total tokens, peak_utilization, tool_calls, errors
     last: TraceEvent  # the run's last event (`_sort_key`)
     last_turn: TraceEvent | None  # its last `turn` event
 
@@ -216,17 +223,18 @@ def _run_summary(
         )
         turn_params = [project.pk, run.run_id]
     sql = f"""
-        SELECT 'm', model, COUNT(*), {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision)
+        SELECT 'm', model, COUNT(*), {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision), {nul}, {nul}
           FROM {step_t} WHERE run_id = %s AND model <> '' GROUP BY model
         UNION ALL
         SELECT 'a', NULL, COUNT(*), CAST(SUM(steps) AS bigint), CAST(SUM(prompt_tokens) AS bigint),
-               CAST(SUM(completion_tokens) AS bigint), CAST(SUM(tokens) AS bigint), MAX(peak_utilization)
+               CAST(SUM(completion_tokens) AS bigint), CAST(SUM(tokens) AS bigint), MAX(peak_utilization),
+               CAST(SUM(tool_calls) AS bigint), CAST(SUM(errors) AS bigint)
           FROM {turn_t} WHERE run_id = %s
         UNION ALL
-        SELECT 'e', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision)
+        SELECT 'e', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision), {nul}, {nul}
           FROM {event_t} WHERE {in_run} AND timestamp >= %s
         UNION ALL
-        SELECT 't', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision)
+        SELECT 't', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision), {nul}, {nul}
           FROM {event_t} WHERE {in_run} AND event_type = 'turn' AND {turn_where}
     """  # noqa: S608  (table names are ours; values are parameters)
     params = [
@@ -245,12 +253,13 @@ def _run_summary(
     last_turn: list[TraceEvent] = []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for kind, text, n, steps, prompt, completion, tokens, peak in cursor.fetchall():
+        for kind, text, n, steps, prompt, completion, tokens, peak, tool_calls, errors in cursor.fetchall():
             if kind == "m":
                 counts[text] = int(n)
             elif kind == "a":
                 turns = {"turns": int(n), "steps": steps, "prompt_tokens": prompt, "completion_tokens": completion,
-                         "tokens": tokens, "peak_utilization": peak}  # fmt: skip
+                         "tokens": tokens, "peak_utilization": peak, "tool_calls": tool_calls,
+                         "errors": errors}  # fmt: skip
             elif kind == "e":
                 last.append(_parse_stored(text))
             else:

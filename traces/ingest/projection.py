@@ -9,16 +9,26 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runtime._trace import TraceEvent
-from runtime._trace_reader import (
+from runtime import TraceEvent
+from runtime.facts import (
     PinLifetime,
     StepView,
     TurnView,
     build_steps,
+    decision_counts,
+    decision_rows,
     normalize_events,
     pin_lifetimes,
+    pinned_blocks,
+    primitive_outcome,
+    run_links,
+    run_outcome,
+    step_errors,
+    step_failure,
+    step_model,
+    tool_results,
+    turn_outcome,
 )
-from traces.ingest.bulk import _dumps
 from traces.models import (
     MESSAGE_DECISION_KEYS,
     Run,
@@ -84,17 +94,18 @@ def message_decision(d: Any) -> list[Any]:
         _str(src.get("reason")),
         src.get("pinned") is True or src.get("reason") == "pinned",
         _str(src.get("pin_id")),
+        _int(src.get("index")),
     ]
 
 
 # The row layout above, and the indexes `_decision_row` reads.
 assert MESSAGE_DECISION_KEYS == (
     "index", "role", "outcome", "fidelity", "relevance_score", "token_count_before", "token_count_after",
-    "reason", "pinned", "pin_id",
+    "reason", "pinned", "pin_id", "raw_index",
 )  # fmt: skip
 
 
-_OUTCOME, _PINNED = 2, 8
+_INDEX, _OUTCOME, _PINNED, _PIN_ID = 0, 2, 8, 9
 
 
 def message_decisions(value: Any) -> list[list[Any]]:
@@ -120,9 +131,10 @@ def message_decisions(value: Any) -> list[list[Any]]:
             g("reason"),
         )
         pin_id = g("pin_id")
+        index = index if index.__class__ is int else _int(index)
         append(
             [
-                index if index.__class__ is int else _int(index),
+                index,
                 role if role is None or role.__class__ is str else _str(role),
                 outcome if outcome is None or outcome.__class__ is str else _str(outcome),
                 fidelity if fidelity is None or fidelity.__class__ is str else _str(fidelity),
@@ -132,6 +144,7 @@ def message_decisions(value: Any) -> list[list[Any]]:
                 reason if reason is None or reason.__class__ is str else _str(reason),
                 g("pinned") is True or reason == "pinned",
                 pin_id if pin_id is None or pin_id.__class__ is str else _str(pin_id),
+                index,
             ]
         )  # fmt: skip
     return out
@@ -143,33 +156,6 @@ def _usage(usage: Any) -> tuple[int, int, int]:
     c = _int(u.get("completion_tokens")) or 0
     t = _int(u.get("total_tokens")) or (p + c)
     return p, c, t
-
-
-def primitive_outcome(primitive: str, result: Any) -> tuple[bool, str]:
-    """Whether a primitive call did what it asked, and a one-line note (what the CLI prints)."""
-    r = _dict(result)
-    if not isinstance(result, dict):
-        return False, "no result"
-    if r.get("error"):
-        detail = _str(r.get("detail"))
-        return False, f"{r['error']}: {detail}" if detail else str(r["error"])
-    if primitive == "pin":
-        if r.get("pinned") is False:
-            return False, f"rejected: {r.get('reason') or 'unknown reason'}"
-        if r.get("already_pinned") is True:
-            return True, f"already pinned as {r.get('pin_id')}"
-        return True, f"pin_id={r.get('pin_id')} label={r.get('label')!r}"
-    if primitive == "unpin":
-        if r.get("unpinned") is False:
-            return False, _str(r.get("note")) or f"{r.get('pin_id')} not unpinned"
-        return True, f"unpinned {r.get('pin_id')}"
-    if primitive == "recall":
-        if r.get("found") is False:
-            return False, _str(r.get("note")) or "not found"
-        messages = r.get("messages")
-        n = len(messages) if isinstance(messages, list) else 0
-        return True, f"turn={r.get('turn')} → {n} messages"
-    return True, _str(r.get("note")) or ""
 
 
 @dataclass
@@ -195,15 +181,7 @@ def _step_row(sv: StepView) -> dict[str, Any]:
         for e in chat_calls:
             p, c, t = _usage(e.metadata.get("usage"))
             prompt, completion, total = prompt + p, completion + c, total + t
-    model = (te.model if te is not None else None) or ""
-    if not model and sv.prompt_snapshot is not None:
-        model = (
-            sv.prompt_snapshot.model
-            or _str(_dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")).get("model"))
-            or ""
-        )
-    if not model:
-        model = next((e.model for e in chat_calls if e.model), "") or ""
+    model = step_model(sv) or ""
     latency = te.llm_latency_ms if te is not None else None
     if latency is None and chat_calls:
         lat = [_int(e.metadata.get("latency_ms")) or e.llm_latency_ms for e in chat_calls]
@@ -226,97 +204,22 @@ def _step_row(sv: StepView) -> dict[str, Any]:
         "finish_reason": (_str(facts.get("finish_reason")) or "")[:50],
         "assistant_text": _str(facts.get("assistant_text")),
         "tool_calls": tool_calls,
-        "tool_results": tool_results(sv, tool_calls),
+        "tool_results": tool_results(sv),
         "messages": messages if isinstance(messages, list) else None,
         "prompt_snapshot": snapshot if isinstance(snapshot, dict) else None,
         "latency_ms": latency if latency is None or latency >= 0 else None,
         "completed": completed if isinstance(completed, bool) else None,
         "failed": failed if isinstance(failed, bool) else None,
+        "errors": [e.to_dict() for e in step_errors(sv)],
+        "failure": step_failure(sv) or "",
         "started_at": min(ne.event.timestamp_dt for ne in sv.events),
     }
 
 
-#: What the turn page says for a call the model made that left no event (arcana-agent 1.2 writes none
-#: for a tool that is not registered: its §7 item 13).
-UNRECORDED_CALL = "no event recorded (arcana-agent 1.2 writes none for a tool that is not registered)"
-
-
-def tool_results(sv: StepView, requested: list[Any]) -> list[dict[str, Any]]:
-    """The step's tool results, one dict per answered (or, for Arcana, unanswered) tool call.
-
-    Keys: `tool_call_id, name, arguments, result, recorded, error, error_category, duration_ms,
-    side_effect, args_digest, result_digest, ok, event`. Sources: `tool_call` events (the envelope
-    record gives name, error, duration, digests; ours add `metadata.tool_call_id/arguments/result`,
-    so `recorded` is True), and our `error` events naming a `tool_call_id` (an unknown tool: `result`
-    is what the model was told). arcana-agent 1.2 keeps digests only (`recorded` False) and writes no
-    event for an unknown tool, so a call of an Arcana step that no `tool_call` / `cognitive_primitive`
-    event answers (matched by name) is listed failed with `event: None`. Primitive calls are not here
-    (`PrimitiveEvent`). Order: the order the model asked for the calls, then event order."""
-    asked = [tc for tc in requested if isinstance(tc, dict)]
-    name_of = {tc.get("id"): _str(tc.get("name")) for tc in asked if isinstance(tc.get("id"), str)}
-    ours = sv.turn_event.is_ours if sv.turn_event is not None else any(ne.event.is_ours for ne in sv.events)
-    out: list[dict[str, Any]] = []
-    for ev in sv.tool_calls:
-        rec, md = _dict(ev.tool_call), ev.metadata
-        call_id = _str(md.get("tool_call_id"))
-        error = rec.get("error")
-        error_text = (
-            None if error is None or error == "" else error if isinstance(error, str) else _dumps(error)
-        )
-        out.append(
-            {"tool_call_id": call_id, "name": _str(rec.get("name")) or name_of.get(call_id) or "?",
-             "arguments": md.get("arguments"), "result": md.get("result"), "recorded": "result" in md,
-             "error": error_text, "error_category": _str(rec.get("error_category")),
-             "duration_ms": _int(rec.get("duration_ms")), "side_effect": _str(rec.get("side_effect")),
-             "args_digest": _str(rec.get("args_digest")), "result_digest": _str(rec.get("result_digest")),
-             "ok": error_text is None, "event": "tool_call"}
-        )  # fmt: skip
-    for ev in sv.errors:
-        md = ev.metadata
-        call_id = _str(md.get("tool_call_id"))
-        if call_id is None:
-            continue  # a provider failure, not the answer to a tool call
-        result = md.get("result")
-        if result is None:
-            result = md.get("message") or md.get("error")
-        asked_args = next((tc.get("arguments") for tc in asked if tc.get("id") == call_id), None)
-        out.append(
-            {"tool_call_id": call_id, "name": name_of.get(call_id) or "?", "arguments": asked_args,
-             "result": result, "recorded": True, "error": _str(md.get("error")) or "error",
-             "error_category": _str(md.get("error_category")), "duration_ms": None, "side_effect": None,
-             "args_digest": None, "result_digest": None, "ok": False, "event": "error"}
-        )  # fmt: skip
-    # Position of each result in the model's request list.
-    position: list[int] = []
-    if ours:
-        index_of = {tc.get("id"): i for i, tc in enumerate(asked)}
-        position = [index_of.get(r["tool_call_id"], len(asked)) for r in out]
-    else:
-        free = list(range(len(asked)))
-        primitives = [_str(ev.metadata.get("primitive")) for ev in sv.primitive_calls]
-        for r in out:
-            i = next((i for i in free if _str(asked[i].get("name")) == r["name"]), None)
-            position.append(len(asked) if i is None else i)
-            if i is not None:
-                free.remove(i)
-        for name in primitives:
-            i = next((i for i in free if _str(asked[i].get("name")) == name), None)
-            if i is not None:
-                free.remove(i)
-        for i in free:
-            tc = asked[i]
-            out.append(
-                {"tool_call_id": _str(tc.get("id")), "name": _str(tc.get("name")) or "?",
-                 "arguments": tc.get("arguments"), "result": None, "recorded": False,
-                 "error": UNRECORDED_CALL, "error_category": None, "duration_ms": None, "side_effect": None,
-                 "args_digest": None, "result_digest": None, "ok": False, "event": None}
-            )  # fmt: skip
-            position.append(i)
-    order = sorted(range(len(out)), key=lambda k: position[k])
-    return [out[k] for k in order]
-
-
-def _decision_row(sv: StepView) -> dict[str, Any] | None:
+def _decision_row(sv: StepView, pins: list[PinLifetime]) -> dict[str, Any] | None:
+    """The step's decision row. Pinned blocks are stored where they really were, with their pin
+    (`runtime.facts.pinned_blocks`; `raw_index` keeps the index the producer wrote). `pins`: the pins
+    of the step's agent (needed for arcana-agent 1.2 rows, which name no pin)."""
     cd = sv.context_decision
     if cd is None:
         return None
@@ -324,10 +227,23 @@ def _decision_row(sv: StepView) -> dict[str, Any] | None:
     d = _dict(md.get("context_decision"))
     report = md.get("context_report")
     rows = message_decisions(d.get("decisions"))
+    counts = decision_counts(d, md)
+    if counts.pinned:
+        snapshot = _dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")) if sv.prompt_snapshot else {}
+        blocks = iter(
+            pinned_blocks(
+                decision_rows(cd),
+                pins,
+                sv.turn,
+                arcana=not cd.is_ours,
+                snapshot_messages=snapshot.get("messages"),
+            )
+        )
+        for r in rows:
+            if r[_PINNED]:
+                b = next(blocks)
+                r[_INDEX], r[_PIN_ID] = b.index, b.pin_id
     explanation = _str(d.get("explanation")) or _str(md.get("explanation")) or ""
-    compressed = _int(d.get("compressed_count"))
-    if compressed is None:
-        compressed = _int(md.get("compressed_count")) or 0
     return {
         "agent": sv.agent or "",
         "turn_number": sv.turn,
@@ -339,9 +255,9 @@ def _decision_row(sv: StepView) -> dict[str, Any] | None:
         "budget_reserve": _int(d.get("budget_reserve")),
         "messages_in": _int(d.get("messages_in", md.get("messages_in"))),
         "messages_out": _int(d.get("messages_out", md.get("messages_out"))),
-        "compressed_count": compressed,
-        "pinned_count": sum(1 for r in rows if r[_PINNED]),
-        "dropped_count": sum(1 for r in rows if r[_OUTCOME] == "dropped"),
+        "compressed_count": counts.compressed_count,
+        "pinned_count": counts.pinned,
+        "dropped_count": counts.dropped,
         "explanation": explanation,
         "utilization": _num(_dict(report).get("utilization")),
         "report": report if isinstance(report, dict) else None,
@@ -353,8 +269,9 @@ def _primitive_row(ev: TraceEvent, sv: StepView | None, agent: str | None) -> di
     md = ev.metadata
     primitive = _str(md.get("primitive")) or ""
     result = md.get("result")
-    ok, note = primitive_outcome(primitive, result)
     args = md.get("args")
+    outcome = primitive_outcome(primitive, args, result)
+    ok, note = outcome.ok, outcome.summary
     return {
         "agent": (sv.agent if sv is not None else agent) or "",
         "turn_number": sv.turn if sv is not None else None,
@@ -370,38 +287,11 @@ def _primitive_row(ev: TraceEvent, sv: StepView | None, agent: str | None) -> di
     }
 
 
-def _run_status(last: TraceEvent, error_stop: bool, last_turn: TraceEvent | None) -> str:
-    """`Run.status` from the run's last event, whether any event stopped on an error, and its last
-    step's `turn` event (see `Run`)."""
-    if last.event_type == "error" or error_stop:
-        return Run.Status.FAILED
-    if last_turn is not None:
-        md = last_turn.metadata
-        assessment = _dict(md.get("assessment"))
-        facts = _dict(md.get("facts"))
-        if assessment.get("failed") is True:
-            return Run.Status.FAILED
-        if assessment.get("completed") is True:
-            return Run.Status.COMPLETED
-        if facts.get("finish_reason") == "stop" and not facts.get("tool_calls"):
-            return Run.Status.COMPLETED
-    if last.stop_reason:
-        return Run.Status.COMPLETED
-    return Run.Status.RUNNING
-
-
-#: Event types that belong to a step (docs/trace-format.md). A run holding none of them (an Arcana 1.2
-#: session file: `history_seeded` only) will never have a step: it is `completed`, not `running`.
-STEP_EVENT_TYPES = frozenset(
-    {"turn", "context_decision", "prompt_snapshot", "llm_call", "tool_call", "cognitive_primitive", "error"}
-)
-
-
 def _new_turn(agent: str, number: int) -> dict[str, Any]:
     return {
         "agent": agent, "number": number, "steps": 0, "prompt_tokens": 0, "completion_tokens": 0,
         "tokens": 0, "peak_utilization": None, "strategy": "", "compressions": 0, "primitives": 0,
-        "tool_calls": 0, "started_at": None, "ended_at": None,
+        "tool_calls": 0, "errors": 0, "failure": "", "started_at": None, "ended_at": None,
     }  # fmt: skip
 
 
@@ -420,9 +310,14 @@ def _pin_row(p: PinLifetime) -> dict[str, Any]:
     }
 
 
-def _project_turns(turn_views: list[TurnView]) -> tuple[_Projection, Counter[str]]:
-    """Turn, step, decision and primitive rows of these turns (no pins, no run fields), and how many
-    steps used each model."""
+def _project_turns(
+    turn_views: list[TurnView], pins: list[PinLifetime] | None = None
+) -> tuple[_Projection, Counter[str]]:
+    """Turn, step, decision and primitive rows of these turns (no pin rows, no run fields), and how many
+    steps used each model. `pins` (the run's) name the pinned blocks of arcana-agent 1.2 decisions."""
+    pins_of: dict[str | None, list[PinLifetime]] = {}
+    for p in pins or []:
+        pins_of.setdefault(p.agent, []).append(p)
     proj = _Projection({}, [], [], [], [], [])
     turns, steps, decisions, primitives = proj.turns, proj.steps, proj.decisions, proj.primitives
     step_models: Counter[str] = Counter()
@@ -442,9 +337,9 @@ def _project_turns(turn_views: list[TurnView]) -> tuple[_Projection, Counter[str
             turn["prompt_tokens"] += step["prompt_tokens"]
             turn["completion_tokens"] += step["completion_tokens"]
             turn["tokens"] += step["total_tokens"]
-            turn["tool_calls"] += len(sv.tool_calls)
+            turn["tool_calls"] += len(step["tool_results"])
             turn["primitives"] += len(sv.primitive_calls)
-            decision = _decision_row(sv)
+            decision = _decision_row(sv, pins_of.get(sv.agent, []))
             if decision is not None:
                 decisions.append((s_index, decision))
                 turn["compressions"] += decision["compressed_count"]
@@ -461,6 +356,8 @@ def _project_turns(turn_views: list[TurnView]) -> tuple[_Projection, Counter[str
                 turn["ended_at"] = hi
         turn["strategy"] = strategy
         turn["peak_utilization"] = max(utils) if utils else None
+        outcome = turn_outcome(tv)
+        turn["errors"], turn["failure"] = outcome.errors, outcome.reason or ""
     return proj, step_models
 
 
@@ -483,12 +380,13 @@ def project_run(events: list[TraceEvent]) -> _Projection:
     events = sorted(events, key=_sort_key)
     normalized = normalize_events(events)
     turn_views = build_steps(normalized)
-    proj, step_models = _project_turns(turn_views)
+    pins = pin_lifetimes(turn_views)
+    proj, step_models = _project_turns(turn_views, pins)
     # Primitive calls whose step is not known yet (its turn event has not arrived).
     for ne in normalized:
         if ne.event_type == "cognitive_primitive" and ne.turn is None:
             proj.primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
-    proj.pins = [_pin_row(p) for p in pin_lifetimes(turn_views)]
+    proj.pins = [_pin_row(p) for p in pins]
     turns = proj.turns
     by_primitive = Counter(
         ev.metadata.get("primitive") for ev in events if ev.event_type == "cognitive_primitive"
@@ -498,20 +396,16 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         step_models.most_common(1)[0][0] if step_models else next((e.model for e in events if e.model), "")
     )
     error_stop = any(e.stop_reason == "error" for e in events)
-    last_turn = max(
-        (sv.turn_event for tv in turn_views for sv in tv.steps if sv.turn_event is not None),
-        key=_sort_key,
-        default=None,
-    )
+    outcome = run_outcome(turn_views, events)
+    links = run_links(events)
     proj.run_fields = {
         "source": Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA,
         "agents": sorted({ne.agent for ne in normalized if ne.agent}),
         "model": (model or "")[:200],
-        "status": (
-            Run.Status.COMPLETED
-            if not proj.steps and not error_stop and not any(e.event_type in STEP_EVENT_TYPES for e in events)
-            else _run_status(events[-1], error_stop, last_turn)
-        ),
+        "status": outcome.status,
+        "failure": outcome.reason or "",
+        "bundle_id": (links.bundle_id or "")[:200],
+        "delegated_by_run_id": (links.delegated_by_run_id or "")[:200],
         "started_at": events[0].timestamp_dt,
         "ended_at": events[-1].timestamp_dt,
         "turns": len(turns),
@@ -520,8 +414,8 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
         "completion_tokens": sum(t["completion_tokens"] for t in turns),
         "tokens": sum(t["tokens"] for t in turns),
-        "tool_calls": sum(1 for e in events if e.event_type == "tool_call"),
-        "errors": sum(1 for e in events if e.event_type == "error"),
+        "tool_calls": sum(t["tool_calls"] for t in turns),
+        "errors": outcome.errors,
         "primitives": sum(by_primitive.values()),
         "recall_count": by_primitive.get("recall", 0),
         "pin_count": by_primitive.get("pin", 0),
@@ -531,6 +425,7 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         # event is ours with a turn, and none of the whole-run facts that path does not track occurs.
         "incremental": (
             not error_stop
+            and outcome.status != "failed"
             and all(local_turn(e) is not None for e in events)
             and _one_turn_event_per_step(turn_views)
             and _top_model(step_models) is not None
