@@ -7,9 +7,9 @@ from ._config import RuntimeConfig
 from ._http_sink import HttpBatchSink
 from ._primitives import CognitiveHandler, PinEntry, PinState
 from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
-from ._providers import OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
+from ._providers import PRESETS, OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
 from ._session import AgentPool, ChatSession, Reply, Runtime
-from ._tokens import TokenCounter
+from ._tokens import CalibratedCounter, TokenCounter
 from ._tools import Tool, tool
 from ._trace import TraceEvent
 from ._trace_reader import TraceReader
@@ -62,6 +62,7 @@ from .facts import (
 __all__ = [
     "AgentPool",
     "ArcanaRuntimeError",
+    "CalibratedCounter",
     "CallableSink",
     "ChatSession",
     "CognitiveHandler",
@@ -76,6 +77,7 @@ __all__ = [
     "MultiSink",
     "NormalizedEvent",
     "OpenAICompatibleProvider",
+    "PRESETS",
     "PinBlock",
     "PinEntry",
     "PinLifetime",

@@ -94,6 +94,9 @@ class RuntimeConfig:
     * `deterministic_step_ids` — derive every event's `step_id` from the run id, agent, turn, step and
       the event's position in the step (uuid5) instead of a random uuid4, so a turn re-run from an
       exported state writes the very same ids and an idempotent store keeps it once. Default False.
+    * `token_calibration` — scale token counts by the ratio of the provider's reported prompt tokens
+      to ours (`CalibratedCounter`), and mark them estimated in the trace. None (default): only for an
+      OpenAI-compatible provider whose model tiktoken does not know (DeepSeek, Gemini, Llama, ...).
     """
 
     context_window: int = 128_000
@@ -109,6 +112,7 @@ class RuntimeConfig:
     pin_budget_fraction: float = 0.5
     tool_result_max_chars: int | None = 100_000
     deterministic_step_ids: bool = False
+    token_calibration: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.context_window, bool) or not isinstance(self.context_window, int):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
@@ -44,11 +45,13 @@ from .errors import ConfigError
 
 __all__ = [
     "IMAGE_PART_TOKENS",
+    "CalibratedCounter",
     "REPLY_PRIMING_TOKENS",
     "TOKENS_PER_MESSAGE",
     "TOKENS_PER_NAME",
     "TokenCounter",
     "default_counter",
+    "tiktoken_knows",
 ]
 
 #: Every message is wrapped as `<|start|>{role}<|message|>{content}<|end|>`.
@@ -318,3 +321,95 @@ def _load_encoding(name: str) -> tiktoken.Encoding:
 def default_counter() -> TokenCounter:
     """The process-wide `cl100k_base` counter: the encoding loads once and the cache is shared."""
     return TokenCounter()
+
+
+def tiktoken_knows(model: str | None) -> bool:
+    """Whether tiktoken has the tokenizer of `model` (OpenAI's models); False for DeepSeek, Gemini,
+    Kimi, GLM, MiniMax, Llama, ... whose counts `CalibratedCounter` estimates instead."""
+    if not model:
+        return False
+    try:
+        tiktoken.encoding_name_for_model(model)
+    except KeyError:
+        return False
+    return True
+
+
+class CalibratedCounter:
+    """A `TokenCounter` whose counts are scaled to a model whose tokenizer tiktoken does not have.
+
+    The session reports, after every provider call, how many prompt tokens the base counter counted
+    for the request and how many the provider says it used (`observe()`); later counts are the base
+    counts times `ratio` = (reported prompt tokens so far) / (counted so far), rounded up, so the
+    working set still fits the real window. Before the first observation the ratio is 1. Every count
+    is an estimate (`estimated` is True): the trace says so (`context_report.token_counts`).
+
+        >>> c = CalibratedCounter(TokenCounter())
+        >>> c.observe(counted=100, reported=130)
+        >>> c.ratio, c.count_text("hello world") >= TokenCounter().count_text("hello world")
+        (1.3, True)
+    """
+
+    estimated = True
+    #: Ratios outside this range are treated as a provider reporting nonsense and clamped.
+    MIN_RATIO, MAX_RATIO = 0.25, 4.0
+
+    def __init__(self, base: TokenCounter) -> None:
+        self.base = base
+        self.encoding = base.encoding
+        self.counted = 0
+        self.reported = 0
+        self.observations = 0
+        self.ratio = 1.0
+
+    def __repr__(self) -> str:
+        return f"CalibratedCounter(ratio={self.ratio:.3f}, observations={self.observations})"
+
+    def observe(self, *, counted: int, reported: int) -> None:
+        """One provider call: the base counter's count of the request and the provider's figure."""
+        if counted <= 0 or reported <= 0:
+            return
+        self.counted += counted
+        self.reported += reported
+        self.observations += 1
+        self.ratio = min(self.MAX_RATIO, max(self.MIN_RATIO, self.reported / self.counted))
+
+    def _scale(self, n: int) -> int:
+        return n if self.ratio == 1.0 else math.ceil(n * self.ratio)
+
+    message_key = staticmethod(TokenCounter.message_key)
+
+    def count_text(self, text: str) -> int:
+        return self._scale(self.base.count_text(text))
+
+    def encode(self, text: str) -> list[int]:
+        return self.base.encode(text)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return self.base.decode(tokens)
+
+    def truncate_text(self, text: str, max_tokens: int) -> str:
+        return self.base.truncate_text(text, int(max_tokens / self.ratio))
+
+    def count_message(self, msg: Mapping[str, Any], *, key: Hashable | None = None) -> int:
+        return self._scale(self.base.count_message(msg, key=key))
+
+    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING_TOKENS
+
+    def count_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        return self._scale(self.base.count_tools(tools))
+
+    def describe(self) -> dict[str, Any]:
+        """What the trace records next to estimated counts (`context_report.token_counts`)."""
+        return {"estimated": True, "ratio": round(self.ratio, 4), "observations": self.observations}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counted": self.counted, "reported": self.reported, "observations": self.observations}
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        self.counted = int(data.get("counted", 0))
+        self.reported = int(data.get("reported", 0))
+        self.observations = int(data.get("observations", 0))
+        if self.counted > 0 and self.reported > 0:
+            self.ratio = min(self.MAX_RATIO, max(self.MIN_RATIO, self.reported / self.counted))

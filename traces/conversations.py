@@ -182,7 +182,7 @@ def parse_providers(raw: str) -> dict[str, ServerProvider]:
 def _presets() -> Mapping[str, Any]:
     import runtime
 
-    return getattr(runtime, "PRESETS", {})
+    return runtime.PRESETS
 
 
 def server_providers() -> dict[str, ServerProvider]:
@@ -831,6 +831,7 @@ def _run_turns(
             "assistant": reply.content,
             "outcome": reply.outcome,
             "steps": reply.steps,
+            "worker": owner,  # which worker process ran the turn (turns may move between machines)
         }
         saved = Conversation.objects.filter(pk=conv.pk, lease_owner=owner, cursor=conv.cursor).update(
             state=engine.export(),

@@ -269,6 +269,16 @@ class Run(models.Model):
         return cached
 
     @property
+    def tokens_estimated(self) -> bool:
+        """True when some of the run's token counts are calibrated estimates (see
+        `ContextDecision.estimated`): pages show "≈" before them. One query, cached per instance."""
+        cached = self.__dict__.get("_tokens_estimated")
+        if cached is None:
+            cached = self.decisions.filter(report__token_counts__estimated=True).exists()
+            self.__dict__["_tokens_estimated"] = cached
+        return cached
+
+    @property
     def last_activity(self) -> datetime | None:
         """When the run last showed a sign of life: the older of its last event's timestamp (the
         producer's clock) and the last time ingestion stored a new event of it (`updated_at`, ours).
@@ -619,6 +629,13 @@ class ContextDecision(models.Model):
     def decisions(self) -> list[MessageDecisionDict]:
         """The per-message decisions in input order."""
         return list(self.message_decisions)
+
+    @property
+    def estimated(self) -> bool:
+        """True when the token counts are calibrated estimates (a model whose tokenizer tiktoken does
+        not have; `context_report.token_counts` says so): pages show them with "≈"."""
+        counts = (self.report or {}).get("token_counts") if isinstance(self.report, dict) else None
+        return isinstance(counts, dict) and counts.get("estimated") is True
 
     @property
     def fidelity_distribution(self) -> dict[str, int]:

@@ -25,10 +25,20 @@ class ProviderPreset:
     base_url: str
     model: str
     api_key_env: str
+    key_required: bool = True  # a local server (Ollama) answers without one
 
 
+#: The providers arcana-agent 1.2 users already name, with the base URLs and default models it uses
+#: (its `arcana providers` table). Every one speaks OpenAI-compatible chat completions.
 PRESETS: Mapping[str, ProviderPreset] = {
     "deepseek": ProviderPreset("https://api.deepseek.com/v1", "deepseek-chat", "DEEPSEEK_API_KEY"),
+    "gemini": ProviderPreset(
+        "https://generativelanguage.googleapis.com/v1beta/openai", "gemini-2.0-flash", "GEMINI_API_KEY"
+    ),
+    "glm": ProviderPreset("https://open.bigmodel.cn/api/paas/v4", "glm-4-flash", "GLM_API_KEY"),
+    "kimi": ProviderPreset("https://api.moonshot.cn/v1", "moonshot-v1-8k", "KIMI_API_KEY"),
+    "minimax": ProviderPreset("https://api.minimax.chat/v1", "abab6.5s-chat", "MINIMAX_API_KEY"),
+    "ollama": ProviderPreset("http://localhost:11434/v1", "llama3.2", "OLLAMA_API_KEY", key_required=False),
     "openai": ProviderPreset("https://api.openai.com/v1", "gpt-4o-mini", "OPENAI_API_KEY"),
 }
 
@@ -101,7 +111,7 @@ def _resolve_one(name: str, value: Any) -> Provider:
     api_key = options.pop("api_key", None)
     if preset is not None and base_url.rstrip("/") == preset.base_url:
         api_key = api_key or os.environ.get(preset.api_key_env) or None
-        if not api_key:
+        if not api_key and preset.key_required:
             raise ConfigError(
                 f"provider {name!r}: no API key; pass {{{name!r}: 'sk-...'}} or set {preset.api_key_env}"
             )

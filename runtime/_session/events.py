@@ -33,9 +33,11 @@ class _SessionEvents:
     def _emit_decision(self, decision: Any, turn: int, step: int, step_id: str) -> None:
         if not self.writer.enabled:
             return
-        self.writer.emit(
-            "context_decision", turn=turn, step=step, parent_step_id=step_id, metadata=decision.to_metadata()
-        )
+        metadata = decision.to_metadata()
+        if getattr(self.counter, "estimated", False):
+            # The counts are calibrated estimates (the model's tokenizer is not one tiktoken has).
+            metadata["context_report"]["token_counts"] = self.counter.describe()
+        self.writer.emit("context_decision", turn=turn, step=step, parent_step_id=step_id, metadata=metadata)
 
     def _emit_snapshot(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: int, step: int, step_id: str
@@ -173,6 +175,11 @@ class _SessionEvents:
                 "latency_ms": latency,
                 "streamed": resp.streamed,
                 "finish_reason": resp.finish_reason,
+                **(
+                    {"token_counts": self.counter.describe()}
+                    if getattr(self.counter, "estimated", False)
+                    else {}
+                ),
             },
         )
 

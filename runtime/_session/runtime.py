@@ -8,8 +8,8 @@ from typing import Any
 
 from .._config import RuntimeConfig, normalize_primitives
 from .._provider_types import Provider
-from .._providers import resolve_providers
-from .._tokens import TokenCounter, default_counter
+from .._providers import OpenAICompatibleProvider, resolve_providers
+from .._tokens import CalibratedCounter, TokenCounter, default_counter, tiktoken_knows
 from .._tools import Tool, build_tools
 from .._trace_writer import JsonlFileSink, TraceSink, TraceWriter, make_sink
 from ..errors import ConfigError
@@ -123,6 +123,21 @@ class Runtime:
         return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state, run_id=run_id)
 
     # -- helpers -------------------------------------------------------------------------------
+    def counter_for(self, provider: Provider, model: str | None) -> TokenCounter | CalibratedCounter:
+        """The counter a session with `provider` / `model` builds with: this runtime's counter, or,
+        for a model whose tokenizer tiktoken does not have (`config.token_calibration` None = decide
+        so; True/False forces it), a `CalibratedCounter` over it that learns the provider's ratio.
+        Only providers that report real token usage (OpenAI-compatible endpoints) are calibrated by
+        default: the scripted provider's usage counts words."""
+        setting = self.config.token_calibration
+        name = model or getattr(provider, "model", None)
+        calibrate = (
+            isinstance(provider, OpenAICompatibleProvider) and not tiktoken_knows(name)
+            if setting is None
+            else setting
+        )
+        return CalibratedCounter(self.counter) if calibrate else self.counter
+
     def _writer(self, run_id: str) -> TraceWriter:
         return TraceWriter(self.sink, run_id, deterministic_ids=self.config.deterministic_step_ids)
 

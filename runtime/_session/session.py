@@ -107,7 +107,8 @@ class ChatSession(_SessionEvents):
         self.turn = 0
         self._in_turn = False
         self._spine: str | None = None  # step_id of the last `turn` event: the next one's parent
-        self.counter = runtime.counter
+        # Calibrated (estimated) counts for a model whose tokenizer tiktoken does not have.
+        self.counter: Any = runtime.counter_for(self.provider, model)
         self.cognitive = CognitiveHandler(
             primitives,
             counter=self.counter,
@@ -245,6 +246,7 @@ class ChatSession(_SessionEvents):
                 raise
             latency = resp.latency_ms or int((time.perf_counter() - started) * 1000)
             usage = _add_usage(usage, resp.usage)
+            self._calibrate(ws.messages, tools, resp)
             assistant = resp.assistant_message()
             self._append(assistant, turn)
             new_messages.append(assistant)
@@ -257,6 +259,15 @@ class ChatSession(_SessionEvents):
                 return self._reply(resp.content or "", turn, step, calls_made, usage, outcome)
             await self._dispatch(resp, turn, step, step_id, calls_made)
         return self._reply(None, turn, max_steps, calls_made, usage, OUTCOME_MAX_STEPS)
+
+    def _calibrate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resp: Any) -> None:
+        """Feed a calibrated counter the provider's prompt-token figure for what was just sent."""
+        observe = getattr(self.counter, "observe", None)
+        if observe is None or resp.usage is None or not resp.usage.prompt_tokens:
+            return
+        base = self.counter.base
+        counted = base.count_messages(messages) + base.count_tools(tools)
+        observe(counted=counted, reported=resp.usage.prompt_tokens)
 
     def _reply(
         self,

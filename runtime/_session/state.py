@@ -71,6 +71,9 @@ def session_state(session: ChatSession, *, include_history: bool = True) -> dict
         "recall_log": [r.to_dict() for r in session.cognitive.recall_log],
         "budgets": session.writer.budgets.to_dict(),
         "provider_cursor": cursor,
+        "token_calibration": session.counter.to_dict()
+        if getattr(session.counter, "estimated", False)
+        else None,
     }
     # Guarantee JSON-safety now, not when the caller serializes it.
     safe: dict[str, Any] = json.loads(json.dumps(state, ensure_ascii=False))
@@ -128,6 +131,9 @@ def restore_session(
     session.cognitive.restore_state({"pins": state.get("pins"), "recall_log": state.get("recall_log")})
     if pool is None:
         writer.budgets.restore(state.get("budgets") or {})
+    calibration = state.get("token_calibration")
+    if calibration and getattr(session.counter, "estimated", False):
+        session.counter.restore(calibration)
     cursor = state.get("provider_cursor")
     restore = getattr(session.provider, "restore_state", None)
     if cursor is not None and callable(restore):

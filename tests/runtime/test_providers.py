@@ -489,7 +489,7 @@ def test_it_resolves_a_preset_from_a_key_string() -> None:
     )
     assert (deepseek.base_url, deepseek.model) == ("https://api.deepseek.com/v1", "deepseek-chat")
     assert openai._headers["Authorization"] == "Bearer sk-a"
-    assert set(PRESETS) == {"openai", "deepseek"}
+    assert set(PRESETS) == {"openai", "deepseek", "gemini", "kimi", "glm", "minimax", "ollama"}
 
 
 def test_a_dict_overrides_the_preset(openai_server: OpenAIServer) -> None:
