@@ -278,8 +278,9 @@ def conversation_smoke(urls: list[str], key: str) -> None:
             return data if status == 200 and data.get("status") in ("waiting_for_user", "completed") else None
 
         state = wait_for(f"conversation turn {turn - 1} to finish", waiting)
-        workers.update(w for w in state.get("workers", []) if w)
-        if state["status"] == "completed" or (len(workers) >= 2 and turn > 2):
+        workers.update(entry.get("worker", "") for entry in state.get("transcript", []))
+        workers.discard("")
+        if state["status"] == "completed" or len(workers) >= 2:
             break
         status, sent = http(
             "POST",
