@@ -35,3 +35,17 @@ def test_it_creates_a_login_printed_once_and_imports_the_demo_traces() -> None:
     assert match.group(1) not in second
     assert "password was printed at the first start" in second
     assert Event.objects.count() == 64  # nothing imported twice
+
+
+def test_it_starts_the_demo_conversations_through_the_conversation_path() -> None:
+    from traces.models import Conversation
+
+    out = _run()
+
+    convs = {c.model: c for c in Conversation.objects.filter(project__slug="demo")}
+    assert set(convs) == {"pin-recall-demo", "pool-demo"}
+    assert all(c.status == "queued" and c.mode == "script" for c in convs.values())
+    assert convs["pool-demo"].agent_names == ["researcher", "writer"]
+    assert convs["pin-recall-demo"].run_id in out
+    _run()
+    assert Conversation.objects.count() == 2  # started once

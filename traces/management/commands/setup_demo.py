@@ -2,8 +2,10 @@
 
 Run by `scripts/run` at every start; it only does what is missing. The demo password is random and
 printed once, when the user is created. The sample traces are real files written by arcana-agent
-1.2.0; they are imported through the one ingest path like any upload. A run of our own runtime is
-queued for the Celery worker, which streams it into the project while it plays.
+1.2.0; they are imported through the one ingest path like any upload. Two conversations of our own
+runtime (the scripted `pin-recall-demo` chat and the `pool-demo` pool) are started exactly as the API
+starts them (`traces.conversations.start_conversation`): a Celery worker plays them and streams their
+events into the project while they run.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from traces import ingest
+from runtime.scenarios import get_scenario
+from traces import conversations, ingest
 from traces.management.commands.import_traces import trace_files
 from traces.models import Membership, Project, Run, Team
-from traces.tasks import run_demo_conversation
 
 DEMO_TRACES = Path(settings.BASE_DIR) / "demo" / "traces"
 
@@ -68,10 +70,33 @@ class Command(BaseCommand):
                 accepted += ingest.ingest_jsonl(proj, fh, source="cli").accepted
         runs = Run.objects.filter(project=proj).count()
         self.stdout.write(f"Imported {accepted} demo events ({runs} runs) into {team}/{project}.")
-        # Our own runtime's demo conversation is played by the Celery worker (queue `agents`) and
-        # streamed into the project as it runs: the first thing a new user sees is the real path.
-        run_demo_conversation.delay_on_commit(proj.pk)
-        self.stdout.write("Queued the runtime's demo conversation for the worker.")
+        # Our own runtime's demo conversations are played by a Celery worker (queue `agents`) and
+        # streamed into the project as they run: the first thing a new user sees is the real path.
+        for conv in start_demo_conversations(proj, user):
+            self.stdout.write(f"Queued the {conv.model} conversation for the worker (run {conv.run_id}).")
+
+
+def start_demo_conversations(project: Project, user: Any = None) -> list[Any]:
+    """The scripted `pin-recall-demo` chat and the `pool-demo` pool, started like the API does."""
+    chat = get_scenario("pin-recall-demo")
+    pool = get_scenario("pool-demo")
+    specs = [
+        conversations.check_conversation_request(
+            {"provider": "scripted", "model": chat.name, "script": list(chat.script)}
+        ),
+        conversations.check_conversation_request(
+            {
+                "provider": "scripted",
+                "model": pool.name,
+                "agents": [{"name": n, "system": s} for n, s in pool.agents.items()],
+                "script": [
+                    {"agent": a, "content": t} for a, t in zip(pool.script_agents, pool.script, strict=True)
+                ],
+            }
+        ),
+    ]
+    with transaction.atomic():
+        return [conversations.start_conversation(project, spec, user=user) for spec in specs]
 
 
 def _manage_prefix() -> str:
