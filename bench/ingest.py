@@ -12,7 +12,7 @@ What it does:
    prompt/turn/llm_call/primitive events). Batches of 500 events are posted by `--clients` threads.
    Prints events/s and message decisions/s end to end (first POST to last response).
 4. Latency: for 40 more batches, one at a time, the time from POST to the run being visible with all
-   its new events in `GET /api/v1/runs/<run_id>`; p50/p95.
+   its new events in `GET /api/v1/projects/<id>/runs/<run_id>`; p50/p95.
 5. The floor: every row the ingest wrote for the mix (raw events and projections) read back, then
    written with PostgreSQL COPY from this one process into empty copies of the tables (same indexes
    and constraints); ratio = ingest time / COPY time.
@@ -267,8 +267,12 @@ def latency(base: str, key: str, rng: random.Random, n: int) -> list[float]:
             t0 = time.perf_counter()
             r = c.post(f"{base}/api/v1/ingest", json={"events": events})
             assert r.status_code == 200, r.text[:200]
+            url = f"{base}/api/v1/runs/{run_id}"
             while True:
-                got = c.get(f"{base}/api/v1/runs/{run_id}")
+                # The unscoped address redirects to the key's run (one project: never ambiguous);
+                # once the run exists, poll its own address (no redirect hop in the figure).
+                got = c.get(url, follow_redirects=True)
+                url = str(got.url)
                 if got.status_code == 200 and got.json()["events"] == len(events):
                     break
             out.append(time.perf_counter() - t0)

@@ -271,9 +271,9 @@ def main() -> None:
 
     rows = []
     for label, url in [
-        ("run overview (last window)", f"/runs/{RUN_ID}"),
-        ("run overview (first window)", f"/runs/{RUN_ID}?from=1"),
-        (f"turn page (turn {mid}, 2 steps)", f"/runs/{RUN_ID}/turns/{mid}"),
+        ("run overview (last window)", run.get_absolute_url()),
+        ("run overview (first window)", f"{run.get_absolute_url()}?from=1"),
+        (f"turn page (turn {mid}, 2 steps)", run.turn_url(mid)),
         ("runs list", "/"),
     ]:
         ms, body = median_ms(lambda url=url: get(url), args.repeat)

@@ -18,7 +18,7 @@ from django.core.files import File
 from django.core.handlers.wsgi import LimitedStream
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -399,23 +399,55 @@ class RunListView(BaseView, generics.ListAPIView[Run]):
         return qs.order_by("-started_at", "-pk")
 
 
-def get_run_for_request(request: Request, run_id: str) -> Run:
-    """The caller's run with this id (the newest if two of their projects share it). 404 otherwise."""
-    qs = Run.objects.filter(run_id=run_id, project__in=scoped_projects(request))
-    if request.query_params.get("project"):
-        qs = qs.filter(project__slug=request.query_params["project"])
-    run = qs.select_related("project__team").order_by("-started_at", "-pk").first()
+def get_run_for_request(request: Request, project_id: int, run_id: str) -> Run:
+    """The run `run_id` of project `project_id` if the caller may read that project. 404 otherwise.
+    A run is addressed by both (DESIGN.md §9): two projects may hold the same run id."""
+    run = (
+        Run.objects.filter(project_id=project_id, run_id=run_id, project__in=scoped_projects(request))
+        .select_related("project__team")
+        .first()
+    )
     if run is None:
         raise Http404("no such run")
     return run
 
 
+class LegacyRunView(BaseView):
+    """`/api/v1/runs/<id>[/turns/<n>|/events]`, the unscoped addresses of earlier versions: a 302 to
+    the project-scoped address when exactly one run the caller can read has this id, 404 otherwise
+    (never "the newest": with two candidates, which one a client meant is unknown)."""
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, run_id: str, number: int | None = None) -> HttpResponseRedirect:
+        found = list(Run.objects.filter(run_id=run_id, project__in=scoped_projects(request))[:2])
+        if not found:
+            raise Http404("no such run")
+        if len(found) > 1:
+            raise Http404(
+                "several of your projects have a run with this id; "
+                "use /api/v1/projects/<project_id>/runs/<run_id> (the `url` of each run in /api/v1/runs)"
+            )
+        run = found[0]
+        name = request.resolver_match.url_name if request.resolver_match else ""
+        if name == "api-legacy-events":
+            url = run.api_events_url()
+        elif number is not None:
+            url = run.api_turn_url(number)
+        else:
+            url = run.api_url()
+        query = request.GET.urlencode()
+        return HttpResponseRedirect(f"{url}?{query}" if query else url)
+
+
 class RunDetailView(BaseView):
     @extend_schema(responses={200: RunSerializer}, summary="One run with its turns and pins")
-    def get(self, request: Request, run_id: str) -> Response:
-        run = get_run_for_request(request, run_id)
+    def get(self, request: Request, project_id: int, run_id: str) -> Response:
+        run = get_run_for_request(request, project_id, run_id)
         data = dict(RunSerializer(run).data)
-        data["turn_list"] = TurnSerializer(run.turn_set.order_by("agent", "number"), many=True).data
+        turn_list = TurnSerializer(run.turn_set.order_by("agent", "number"), many=True).data
+        for turn in turn_list:
+            turn["url"] = run.api_turn_url(turn["number"])
+        data["turn_list"] = turn_list
         data["pins"] = PinSerializer(run.pins.all(), many=True).data
         return Response(data)
 
@@ -426,8 +458,8 @@ class TurnDetailView(BaseView):
         responses={200: OpenApiTypes.OBJECT},
         summary="One turn: its steps with decisions and primitive events, and the pins active at it",
     )
-    def get(self, request: Request, run_id: str, number: int) -> Response:
-        run = get_run_for_request(request, run_id)
+    def get(self, request: Request, project_id: int, run_id: str, number: int) -> Response:
+        run = get_run_for_request(request, project_id, run_id)
         agent = request.query_params.get("agent")
         turns = run.turn_set.filter(number=number)
         if agent is not None:
@@ -449,6 +481,9 @@ class TurnDetailView(BaseView):
         return Response(
             {
                 "run_id": run.run_id,
+                "project_id": run.project_id,
+                "run_url": run.api_url(),
+                "page_url": run.turn_url(number),
                 "turn": number,
                 "agents": [t.agent for t in turn_list],
                 "turns": TurnSerializer(turn_list, many=True).data,
@@ -471,7 +506,7 @@ class EventListView(BaseView, generics.ListAPIView[Event]):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[Event]:
-        run = get_run_for_request(self.request, self.kwargs["run_id"])
+        run = get_run_for_request(self.request, self.kwargs["project_id"], self.kwargs["run_id"])
         qs = run.raw_events()
         types = [t for t in (self.request.query_params.get("type") or "").split(",") if t]
         if types:

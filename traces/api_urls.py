@@ -1,12 +1,20 @@
-"""URLs under /api/v1/."""
+"""URLs under /api/v1/.
+
+A run is addressed by its project and its run id (DESIGN.md §9), like the pages. The unscoped
+`runs/<id>…` forms of earlier versions redirect when exactly one run the caller can read has that id."""
 
 from __future__ import annotations
 
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from traces import api
+from traces import (
+    api,
+    converters,  # noqa: F401  (registers the `run_id` converter)
+)
 from traces.api_conversations import conversation_urls
+
+RUN = "projects/<int:project_id>/runs/<run_id:run_id>"
 
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
@@ -15,7 +23,10 @@ urlpatterns = [
     path("uploads", api.UploadListView.as_view(), name="api-uploads"),
     path("uploads/<int:upload_id>", api.UploadDetailView.as_view(), name="api-upload"),
     path("runs", api.RunListView.as_view(), name="api-runs"),
-    path("runs/<str:run_id>", api.RunDetailView.as_view(), name="api-run"),
-    path("runs/<str:run_id>/turns/<int:number>", api.TurnDetailView.as_view(), name="api-turn"),
-    path("runs/<str:run_id>/events", api.EventListView.as_view(), name="api-events"),
+    path(RUN, api.RunDetailView.as_view(), name="api-run"),
+    path(f"{RUN}/turns/<int:number>", api.TurnDetailView.as_view(), name="api-turn"),
+    path(f"{RUN}/events", api.EventListView.as_view(), name="api-events"),
+    path("runs/<run_id:run_id>", api.LegacyRunView.as_view(), name="api-legacy-run"),
+    path("runs/<run_id:run_id>/turns/<int:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
+    path("runs/<run_id:run_id>/events", api.LegacyRunView.as_view(), name="api-legacy-events"),
 ]

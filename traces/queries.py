@@ -11,10 +11,10 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import QueryDict
-from django.urls import reverse
 
 from traces.models import (
     ContextDecision,
@@ -310,7 +310,7 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
     )
     steps = [(t, s, strategy, unpack_message_decisions(table)) for t, s, strategy, table in rows_qs]
 
-    agent_q = f"?agent={agent}" if agent else ""
+    agent_q = f"?{urlencode({'agent': agent})}" if agent else ""
     n = len(steps)
     cw = max(5.0, min(64.0, 960.0 / max(n, 1)))
     # Arcana 1.2 pin decisions carry no pin_id: the k-th pinned block of a step is the k-th pin active
@@ -322,7 +322,7 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
     columns: list[dict[str, Any]] = []
     cls_cache: dict[tuple[Any, ...], str] = {}
     for col, (turn_number, step_number, strategy, mds) in enumerate(steps):
-        turn_url = reverse("traces:turn", args=[run.run_id, turn_number]) + agent_q + f"#step-{step_number}"
+        turn_url = run.turn_url(turn_number) + agent_q + f"#step-{step_number}"
         columns.append(
             {
                 "label": f"Turn {turn_number} · step {step_number} · {strategy or 'no strategy'}",

@@ -4,27 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import reverse
 from rest_framework import serializers
 
-from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, Upload
+from traces.models import (
+    ContextDecision,
+    Pin,
+    PrimitiveEvent,
+    Run,
+    Step,
+    Turn,
+    Upload,
+    run_api_url,
+    run_page_url,
+)
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
     project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.CharField(source="project.team.name", read_only=True)
+    project_id = serializers.IntegerField(read_only=True)
     url = serializers.SerializerMethodField()
+    page_url = serializers.SerializerMethodField()
+    events_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
         fields = [
-            "run_id", "url", "team", "project", "source", "agents", "model", "status", "started_at",
-            "ended_at", "turns", "steps", "events", "prompt_tokens", "completion_tokens", "tokens",
-            "tool_calls", "errors", "primitives", "recall_count", "pin_count", "unpin_count",
-            "peak_utilization",
+            "run_id", "url", "page_url", "events_url", "team", "project", "project_id", "source", "agents",
+            "model", "status", "started_at", "ended_at", "turns", "steps", "events", "prompt_tokens",
+            "completion_tokens", "tokens", "tool_calls", "errors", "primitives", "recall_count", "pin_count",
+            "unpin_count", "peak_utilization", "failure", "bundle_id", "delegated_by_run_id",
         ]  # fmt: skip
 
+    # Addresses carry the project and the encoded run id (DESIGN.md §9): built by the model, never here.
     def get_url(self, run: Run) -> str:
-        return f"/api/v1/runs/{run.run_id}"
+        return run.api_url()
+
+    def get_page_url(self, run: Run) -> str:
+        return run.get_absolute_url()
+
+    def get_events_url(self, run: Run) -> str:
+        return run.api_events_url()
 
 
 class TurnSerializer(serializers.ModelSerializer[Turn]):
@@ -32,7 +53,7 @@ class TurnSerializer(serializers.ModelSerializer[Turn]):
         model = Turn
         fields = [
             "agent", "number", "steps", "prompt_tokens", "completion_tokens", "tokens", "peak_utilization",
-            "strategy", "compressions", "primitives", "tool_calls", "started_at", "ended_at",
+            "strategy", "compressions", "primitives", "tool_calls", "errors", "failure", "started_at", "ended_at",
         ]  # fmt: skip
 
 
@@ -77,7 +98,7 @@ class StepSerializer(serializers.ModelSerializer[Step]):
         fields = [
             "agent", "turn", "step", "step_id", "model", "prompt_tokens", "completion_tokens", "total_tokens",
             "finish_reason", "assistant_text", "tool_calls", "tool_results", "messages", "prompt_snapshot", "latency_ms",
-            "completed", "failed", "started_at", "decision", "primitive_events",
+            "completed", "failed", "errors", "failure", "started_at", "decision", "primitive_events",
         ]  # fmt: skip
 
     def get_decision(self, step: Step) -> dict[str, Any] | None:
@@ -101,17 +122,29 @@ class UploadSerializer(serializers.ModelSerializer[Upload]):
     url = serializers.SerializerMethodField()
     line_errors = serializers.JSONField()
     runs = serializers.JSONField()
+    run_links = serializers.SerializerMethodField(help_text="each run the upload touched, with its addresses")
 
     class Meta:
         model = Upload
         fields = [
             "id", "url", "status", "original_name", "bytes", "lines_total", "lines_done", "accepted",
-            "duplicates", "rejected", "line_errors", "runs", "error", "created_at", "started_at",
+            "duplicates", "rejected", "line_errors", "runs", "run_links", "error", "created_at", "started_at",
             "finished_at",
         ]  # fmt: skip
 
     def get_url(self, upload: Upload) -> str:
-        return f"/api/v1/uploads/{upload.pk}"
+        return reverse("api-upload", kwargs={"upload_id": upload.pk})
+
+    def get_run_links(self, upload: Upload) -> list[dict[str, str]]:
+        return [
+            {
+                "run_id": rid,
+                "url": run_api_url(upload.project_id, rid),
+                "page_url": run_page_url(upload.project_id, rid),
+            }
+            for rid in upload.runs or []
+            if isinstance(rid, str)
+        ]
 
 
 class EventResultSerializer(serializers.Serializer[Any]):

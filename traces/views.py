@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
 from traces import queries
@@ -33,17 +33,37 @@ TURNS_PER_PAGE = 200
 PRIMITIVES_SHOWN = 500
 
 
-def _get_run_for_user(request: HttpRequest, run_id: str) -> Run:
-    """The run named `run_id` in one of the caller's projects, or 404 (never 403: an outsider must not
-    learn that the run exists). If two of the caller's projects hold the same run id, `?project=<slug>`
-    picks one; otherwise the newest wins."""
-    qs = queries.runs_for_user(request.user).filter(run_id=run_id).select_related("project__team")
-    if project := request.GET.get("project"):
-        qs = qs.filter(project__slug=project)
-    run = qs.order_by("-started_at", "-id").first()
+def _get_run_for_user(request: HttpRequest, project_id: int, run_id: str) -> Run:
+    """The run `run_id` of project `project_id` if the caller is in its team, or 404 (never 403: an
+    outsider must not learn that the run exists). A run is addressed by both (DESIGN.md §9)."""
+    run = (
+        queries.runs_for_user(request.user)
+        .filter(project_id=project_id, run_id=run_id)
+        .select_related("project__team")
+        .first()
+    )
     if run is None:
         raise Http404("No such run.")
     return run
+
+
+@login_required
+@require_GET
+def legacy_run(request: HttpRequest, run_id: str, number: int | None = None) -> HttpResponse:
+    """`/runs/<id>[/turns/<n>]`, the unscoped address of earlier versions: a redirect when exactly one
+    run the caller can read has this id, 404 otherwise. Never "the newest": when two projects hold the
+    id, which run a link meant is unknown, and guessing would let one project's key holder plant a run
+    that opens instead of another project's."""
+    qs = queries.runs_for_user(request.user).filter(run_id=run_id)
+    query = request.GET.copy()
+    if slug := query.pop("project", [""])[-1]:  # old links named the project by slug
+        qs = qs.filter(project__slug=slug)
+    found = list(qs[:2])
+    if len(found) != 1:
+        raise Http404("No such run." if not found else "Several of your projects have a run with this id.")
+    url = found[0].get_absolute_url() if number is None else found[0].turn_url(number)
+    query = query.urlencode()
+    return redirect(f"{url}?{query}" if query else url)
 
 
 def _agent_for(request: HttpRequest, run: Run) -> str:
@@ -99,8 +119,8 @@ def _timeline_ctx(request: HttpRequest, run: Run, agent: str, last_page: bool = 
 
 @login_required
 @require_GET
-def run(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = _get_run_for_user(request, run_id)
+def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
     ctx = _timeline_ctx(request, run, agent)
     last_turn = ctx["turn_page"].paginator.count
@@ -124,18 +144,18 @@ def run(request: HttpRequest, run_id: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def run_live(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     """The header stats and the timeline's last page, for pages polling a live run."""
-    run = _get_run_for_user(request, run_id)
+    run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
     return render(request, "traces/_run_live.html", _timeline_ctx(request, run, agent, last_page=True))
 
 
 @login_required
 @require_GET
-def run_fidelity(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     """The fidelity map for another window of steps (the range control fetches this)."""
-    run = _get_run_for_user(request, run_id)
+    run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
     try:
         start = int(request.GET["from"]) - 1
@@ -220,17 +240,17 @@ def _snapshot(snapshot: Any) -> dict[str, Any] | None:
 
 @login_required
 @require_GET
-def turn(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
-    run = _get_run_for_user(request, run_id)
+def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> HttpResponse:
+    run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
     return render(request, "traces/turn.html", _turn_ctx(request, run, agent, number))
 
 
 @login_required
 @require_GET
-def turn_live(request: HttpRequest, run_id: str, number: int) -> HttpResponse:
+def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -> HttpResponse:
     """The steps of a turn, for a turn page polling a live run."""
-    run = _get_run_for_user(request, run_id)
+    run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
     return render(request, "traces/_turn_steps.html", _turn_ctx(request, run, agent, number))
 

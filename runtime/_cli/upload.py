@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 from .._render import one_line, safe_text
 from ..errors import detail_text, error_detail
@@ -157,6 +158,17 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
         )
         for d in map(_dict, _list(body.get("line_errors")))
     ]
+    # The server names each run by its project and encoded id (DESIGN.md §9); the CLI only makes the
+    # server's paths absolute and never builds a run address itself.
+    result["run_links"] = [
+        {
+            "run_id": link.get("run_id"),
+            "url": urljoin(base + "/", link["page_url"]),
+            "api_url": urljoin(base + "/", link["url"]),
+        }
+        for link in map(_dict, _list(body.get("run_links")))
+        if isinstance(link.get("page_url"), str) and isinstance(link.get("url"), str)
+    ]
     _print_upload(c, result)
     return result
 
@@ -173,6 +185,8 @@ def _print_upload(c: Command, r: dict[str, Any]) -> None:
         c.out.line(f"{r['file']}: FAILED — {r.get('error') or r.get('status')}")
     for e in r.get("line_errors") or []:
         c.out.line(f"  {safe_text(detail_text(e))}")
+    for link in r.get("run_links") or []:
+        c.out.line(f"  run {link.get('run_id')}: {link.get('url')}")
 
 
 def _json_body(resp: Any) -> dict[str, Any]:

@@ -16,7 +16,6 @@
   var project = document.getElementById("upload-project");
   var csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   var api = form.getAttribute("data-api");
-  var runUrl = form.getAttribute("data-run-url");
 
   function el(item, cls) { return item.querySelector("." + cls); }
 
@@ -71,11 +70,12 @@
     }
     el(item, "progress-item__detail").textContent = detail;
     var runs = el(item, "progress-item__runs");
-    (data.runs || []).slice(0, 20).forEach(function (rid) {
+    // The server builds every run address (project + encoded run id); the page never does.
+    (data.run_links || []).slice(0, 20).forEach(function (link) {
       var li = document.createElement("li");
       var a = document.createElement("a");
-      a.href = runUrl.replace("__RUN__", encodeURIComponent(rid)) + "?project=" + encodeURIComponent(project.value);
-      a.textContent = "Open run " + rid.slice(0, 8);
+      a.href = link.page_url;
+      a.textContent = "Open run " + link.run_id.slice(0, 8);
       a.className = "mono";
       li.appendChild(a);
       runs.appendChild(li);

@@ -19,6 +19,7 @@ from tests.traces.views_helpers import (
     ingest_file,
     ingest_hostile_run,
     ingest_samples,
+    run_path,
 )
 from traces.models import Project, Run, Upload
 
@@ -44,7 +45,7 @@ def test_it_uploads_a_file_and_walks_the_run(
 
     # Open the run it created.
     item.locator("a", has_text="Open run").click()
-    page.wait_for_url(f"**/runs/{PIN_RUN}*")
+    page.wait_for_url(f"**{run_path(PIN_RUN)}*")
     assert page.locator("h1").inner_text().startswith("Run")
     page.locator("svg.fmap").wait_for()
     # Hover a cell of the fidelity map: the tooltip names the decision.
@@ -61,7 +62,7 @@ def test_it_uploads_a_file_and_walks_the_run(
     assert page.locator("h1").inner_text().startswith("Turn")
 
     # Turn 4: [PIN] rows and the active pins.
-    page.goto(f"{live_server.url}/runs/{PIN_RUN}/turns/4")
+    page.goto(f"{live_server.url}{run_path(PIN_RUN)}/turns/4")
     assert page.locator(".decision-table .pin-flag").count() == 2
     assert "customer" in page.locator(".pins-card").inner_text()
     shoot(page, "turn-laptop")
@@ -79,12 +80,12 @@ def test_it_never_runs_markup_from_traces(
     page = login(browser, live_server, "alice")
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    for path in ("/", "/runs/hostile-run", "/runs/hostile-run/turns/1"):
+    for path in ("/", run_path("hostile-run"), f"{run_path('hostile-run')}/turns/1"):
         page.goto(live_server.url + path)
         page.wait_for_load_state("networkidle")
         assert page.evaluate("window.__xss") is None, path
     # The markup is on the page as text, and the 50 KB answer is collapsed.
-    page.goto(f"{live_server.url}/runs/hostile-run/turns/1")
+    page.goto(f"{live_server.url}{run_path('hostile-run')}/turns/1")
     assert "<script>window.__xss=1</script>" in page.locator(".pins-card").inner_text()
     long_text = page.locator("details.long-text")
     assert long_text.get_attribute("open") is None
@@ -106,19 +107,19 @@ def test_it_shows_samples_and_our_runtime_at_both_widths(
     for viewport, tag in ((LAPTOP, "laptop"), (PHONE, "phone")):
         page = login(browser, live_server, "alice", viewport)
         shoot(page, f"runs-{tag}")
-        page.goto(f"{live_server.url}/runs/{ours.run_id}")
+        page.goto(f"{live_server.url}{run_path(ours.run_id)}")
         assert page.locator(".pinchart .pin-lane").count() == 1
         shoot(page, f"run-runtime-{tag}")
-        page.goto(f"{live_server.url}/runs/{ours.run_id}/turns/2")
+        page.goto(f"{live_server.url}{run_path(ours.run_id)}/turns/2")
         assert page.locator(".decision-table .pin-flag").count() >= 1
         assert "key facts" in page.locator(".pins-card").inner_text()
         assert "recall turn=1" in page.content()
         shoot(page, f"turn-runtime-{tag}")
-        page.goto(f"{live_server.url}/runs/{POOL_RUN}?agent=planner")
+        page.goto(f"{live_server.url}{run_path(POOL_RUN)}?agent=planner")
         shoot(page, f"run-pool-{tag}")
-        page.goto(f"{live_server.url}/runs/{PIN_RUN}/turns/7")
+        page.goto(f"{live_server.url}{run_path(PIN_RUN)}/turns/7")
         shoot(page, f"turn-{tag}")
-        page.goto(f"{live_server.url}/runs/{PIN_RUN}")
+        page.goto(f"{live_server.url}{run_path(PIN_RUN)}")
         shoot(page, f"run-{tag}")
         page.goto(f"{live_server.url}/uploads")
         shoot(page, f"uploads-empty-{tag}")
@@ -139,10 +140,10 @@ def test_it_updates_a_live_run_without_a_reload(
 
     ingest_live_run(project, "live-run", turns=1)
     page = login(browser, live_server, "alice")
-    page.goto(f"{live_server.url}/runs/live-run")
+    page.goto(f"{live_server.url}{run_path('live-run')}")
     assert page.locator("#live-badge").is_visible()
     page.evaluate("window.__marker = 1")  # survives only if the page is not reloaded
     ingest_live_run(project, "live-run", turns=2)
-    page.locator('#run-live a[href="/runs/live-run/turns/2"]').wait_for(timeout=15_000)
+    page.locator(f'#run-live a[href="{run_path("live-run")}/turns/2"]').wait_for(timeout=15_000)
     assert page.evaluate("window.__marker") == 1
     shoot(page, "run-live-laptop")

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client, override_settings
 
 from tests.traces.helpers import PIN_RUN, sample_events
+from tests.traces.views_helpers import api_path
 from traces.models import ApiKey, Event, Project, Run
 
 URL = "/api/v1/ingest"
@@ -29,7 +30,7 @@ def test_it_works(api_client: Client, project: Project) -> None:
     assert body["results"][0] == {"index": 0, "status": "accepted"}
     assert Event.objects.filter(project=project).count() == len(events)
     # Visible in the read API as soon as the response returns.
-    run = api_client.get(f"/api/v1/runs/{PIN_RUN}").json()
+    run = api_client.get(api_path(PIN_RUN)).json()
     assert run["turns"] == 10 and run["events"] == 42
 
 
@@ -162,5 +163,9 @@ def test_it_isolates_the_same_run_id_per_project(
     assert r.json()["accepted"] == 2
     assert Run.objects.get(project=project).events == 1
     assert Run.objects.get(project=charlie_project).events == 2
-    assert api_client.get(f"/api/v1/runs/{events[0]['run_id']}").json()["events"] == 1
-    assert charlie_client.get(f"/api/v1/runs/{events[0]['run_id']}").json()["events"] == 2
+    mine, charlies = Run.objects.get(project=project), Run.objects.get(project=charlie_project)
+    assert api_client.get(mine.api_url()).json()["events"] == 1
+    assert charlie_client.get(charlies.api_url()).json()["events"] == 2
+    # Each caller sees only its own project's run under the other project's address.
+    assert api_client.get(charlies.api_url()).status_code == 404
+    assert charlie_client.get(mine.api_url()).status_code == 404

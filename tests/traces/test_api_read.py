@@ -13,7 +13,7 @@ from django.test import Client
 from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, sample_events
 from tests.traces.runtime_trace import write_runtime_trace
-from tests.traces.views_helpers import ingest_file
+from tests.traces.views_helpers import api_path, ingest_file
 from traces.ingest import ingest_events
 from traces.models import Project
 
@@ -42,7 +42,7 @@ def test_it_filters_and_paginates_runs(alice_client: Client, ingested: Project) 
     assert set(with_prims) == {PIN_RUN, "8854b18b-f882-4142-8122-887b40128a49"}
     assert len(ids("has_primitives=false")) == 7
     assert ids("model=mock-gpt") and all(
-        alice_client.get(f"/api/v1/runs/{rid}").json()["model"] == "mock-gpt" for rid in ids("model=mock-gpt")
+        alice_client.get(api_path(rid)).json()["model"] == "mock-gpt" for rid in ids("model=mock-gpt")
     )
     page = alice_client.get("/api/v1/runs?limit=4&offset=4").json()
     assert len(page["results"]) == 4 and page["next"] and page["previous"]
@@ -61,16 +61,16 @@ def test_it_rejects_bad_filters_in_the_error_shape(alice_client: Client, ingeste
 
 
 def test_it_requires_login(client: Client, ingested: Project) -> None:
-    for url in ("/api/v1/runs", f"/api/v1/runs/{PIN_RUN}", f"/api/v1/runs/{PIN_RUN}/turns/1"):
+    for url in ("/api/v1/runs", api_path(PIN_RUN), f"{api_path(PIN_RUN)}/turns/1"):
         assert client.get(url).status_code == 401
 
 
 def test_it_checks_team_access(charlie_client: Client, bob_client: Client, ingested: Project) -> None:
     assert charlie_client.get("/api/v1/runs").json()["count"] == 0
     for url in (
-        f"/api/v1/runs/{PIN_RUN}",
-        f"/api/v1/runs/{PIN_RUN}/turns/1",
-        f"/api/v1/runs/{PIN_RUN}/events",
+        api_path(PIN_RUN),
+        f"{api_path(PIN_RUN)}/turns/1",
+        f"{api_path(PIN_RUN)}/events",
     ):
         r = charlie_client.get(url)
         assert r.status_code == 404 and r.json()["error"]
@@ -78,14 +78,14 @@ def test_it_checks_team_access(charlie_client: Client, bob_client: Client, inges
 
 
 def test_it_shows_a_run_with_turns_and_pins(api_client: Client, ingested: Project) -> None:
-    body = api_client.get(f"/api/v1/runs/{PIN_RUN}").json()
+    body = api_client.get(api_path(PIN_RUN)).json()
     assert (body["turns"], body["steps"], body["primitives"]) == (10, 10, 9)
     assert [t["number"] for t in body["turn_list"]] == list(range(1, 11))
     assert [p["label"] for p in body["pins"]] == ["constraints", "customer"]
 
 
 def _turn(client: Client, n: int) -> dict[str, Any]:
-    r = client.get(f"/api/v1/runs/{PIN_RUN}/turns/{n}")
+    r = client.get(f"{api_path(PIN_RUN)}/turns/{n}")
     assert r.status_code == 200
     return r.json()
 
@@ -117,7 +117,7 @@ def test_its_turns_match_the_cli(alice_client: Client, ingested: Project) -> Non
 
 
 def test_it_shows_the_customer_pin_at_the_right_turns(alice_client: Client, ingested: Project) -> None:
-    run = alice_client.get(f"/api/v1/runs/{PIN_RUN}").json()
+    run = alice_client.get(api_path(PIN_RUN)).json()
     customer = next(p for p in run["pins"] if p["label"] == "customer")
     active = [
         n
@@ -134,7 +134,7 @@ def test_it_shows_the_customer_pin_at_the_right_turns(alice_client: Client, inge
 def test_its_steps_carry_their_tool_results(alice_client: Client, project: Project, tmp_path: Path) -> None:
     path = write_runtime_trace(tmp_path)
     ingest_file(project, path)
-    body = alice_client.get(f"/api/v1/runs/{path.stem}/turns/1").json()
+    body = alice_client.get(f"{api_path(path.stem)}/turns/1").json()
     results = body["steps"][0]["tool_results"]
     assert [(r["name"], r["ok"], r["recorded"], r["result"], r["event"]) for r in results] == [
         ("lookup", True, True, "Paris: 21C, clear", "tool_call")
@@ -143,22 +143,22 @@ def test_its_steps_carry_their_tool_results(alice_client: Client, project: Proje
 
 
 def test_it_404s_a_missing_turn(alice_client: Client, ingested: Project) -> None:
-    assert alice_client.get(f"/api/v1/runs/{PIN_RUN}/turns/11").status_code == 404
-    assert alice_client.get("/api/v1/runs/nope").status_code == 404
+    assert alice_client.get(f"{api_path(PIN_RUN)}/turns/11").status_code == 404
+    assert alice_client.get(f"/api/v1/projects/{ingested.pk}/runs/nope").status_code == 404
 
 
 def test_it_lists_raw_events_by_type(alice_client: Client, ingested: Project) -> None:
-    body = alice_client.get(f"/api/v1/runs/{PIN_RUN}/events?type=cognitive_primitive&limit=100").json()
+    body = alice_client.get(f"{api_path(PIN_RUN)}/events?type=cognitive_primitive&limit=100").json()
     assert body["count"] == 9
     first = body["results"][0]
     assert first["event_type"] == "cognitive_primitive"
     assert first["event"]["metadata"]["primitive"] == "pin"
-    everything = alice_client.get(f"/api/v1/runs/{PIN_RUN}/events?type=llm_call,turn&limit=100").json()
+    everything = alice_client.get(f"{api_path(PIN_RUN)}/events?type=llm_call,turn&limit=100").json()
     assert everything["count"] == 13
 
 
 def test_it_lists_a_runs_raw_events_oldest_first(alice_client: Client, ingested: Project) -> None:
-    body = alice_client.get(f"/api/v1/runs/{PIN_RUN}/events?limit=100").json()
+    body = alice_client.get(f"{api_path(PIN_RUN)}/events?limit=100").json()
     keys = [(datetime.fromisoformat(e["timestamp"]), e["step_id"]) for e in body["results"]]
     assert len(keys) == body["count"] == 42
     assert keys == sorted(keys)
@@ -175,7 +175,9 @@ def test_it_serves_the_openapi_schema(alice_client: Client) -> None:
         "/api/v1/ingest",
         "/api/v1/uploads",
         "/api/v1/runs",
-        "/api/v1/runs/{run_id}/turns/{number}",
+        "/api/v1/projects/{project_id}/runs/{run_id}",
+        "/api/v1/projects/{project_id}/runs/{run_id}/turns/{number}",
+        "/api/v1/projects/{project_id}/runs/{run_id}/events",
     } <= set(paths)
 
 

@@ -40,6 +40,8 @@ def test_it_uploads_sample_files_and_the_worker_stores_their_runs(
     main = Run.objects.get(project=project, run_id="17a81a75-0187-4ca7-b323-4a0c6e1c963b")
     assert main.events == 42
     assert main.turns == 10
+    # Each run is printed with its own address: the project and the run id, as the server names it.
+    assert f"  run {main.run_id}: {live_server.url}/projects/{project.pk}/runs/{main.run_id}\n" in out
 
 
 def test_it_exits_non_zero_and_keeps_the_good_lines_of_a_bad_file(

@@ -1,4 +1,4 @@
-"""The run overview (`/runs/<run_id>`) and its fragments: header, timeline, fidelity map, pin lanes,
+"""The run overview (`/projects/<project_id>/runs/<run_id>`) and its fragments: header, timeline, fidelity map, pin lanes,
 cognitive events, live polling, access."""
 
 from __future__ import annotations
@@ -15,37 +15,38 @@ from tests.traces.views_helpers import (
     XSS,
     ingest_hostile_run,
     ingest_live_run,
+    run_path,
 )
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Project, Run
 
 
 def test_it_requires_login(client: Client, samples: Project) -> None:
-    r = client.get(f"/runs/{PIN_RUN}")
+    r = client.get(run_path(PIN_RUN))
     assert r.status_code == 302 and "/accounts/login/" in r["Location"]
 
 
 def test_it_checks_team_access(samples: Project, charlie_client: Client) -> None:
-    for url in (f"/runs/{PIN_RUN}", f"/runs/{PIN_RUN}/live", f"/runs/{PIN_RUN}/fidelity"):
+    for url in (run_path(PIN_RUN), f"{run_path(PIN_RUN)}/live", f"{run_path(PIN_RUN)}/fidelity"):
         assert charlie_client.get(url).status_code == 404
 
 
 def test_it_lets_members_read(samples: Project, bob_client: Client) -> None:
-    assert bob_client.get(f"/runs/{PIN_RUN}").status_code == 200
+    assert bob_client.get(run_path(PIN_RUN)).status_code == 200
 
 
 def test_it_404s_an_unknown_run(samples: Project, alice_client: Client) -> None:
-    assert alice_client.get("/runs/no-such-run").status_code == 404
+    assert alice_client.get(f"/projects/{samples.pk}/runs/no-such-run").status_code == 404
 
 
 def test_it_shows_the_header_and_the_turn_timeline(samples: Project, alice_client: Client) -> None:
     run = Run.objects.get(run_id=PIN_RUN)
-    r = alice_client.get(f"/runs/{PIN_RUN}")
+    r = alice_client.get(run_path(PIN_RUN))
     assert r.status_code == 200
     html = r.content.decode()
     assert run.turns == 10
     assert len(r.context["turns"]) == 10
     for n in range(1, 11):
-        assert f'href="/runs/{PIN_RUN}/turns/{n}"' in html
+        assert f'href="{run_path(PIN_RUN)}/turns/{n}"' in html
     assert "Arcana 1.2 upload" in html and "Completed" in html
     assert "llm_summarize" in html and "tail_preserve" in html  # strategies per turn
     assert 'class="util__fill' in html
@@ -54,7 +55,7 @@ def test_it_shows_the_header_and_the_turn_timeline(samples: Project, alice_clien
 def test_it_draws_the_fidelity_map_with_one_row_per_message_and_pin(
     samples: Project, alice_client: Client
 ) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}")
+    r = alice_client.get(run_path(PIN_RUN))
     fmap = r.context["fmap"]
     decisions = list(ContextDecision.objects.filter(run__run_id=PIN_RUN))
     assert fmap.total_steps == len(decisions) == 10
@@ -71,11 +72,11 @@ def test_it_draws_the_fidelity_map_with_one_row_per_message_and_pin(
     assert {c.cls for c in fmap.cells} >= {"L0", "L1", "L2", "L3", "dropped", "summarized", "pin"}
     # Hover text names the decision; the column map gives each step its turn page.
     assert "<title>message 1 (user): dropped" in html
-    assert f"/runs/{PIN_RUN}/turns/7#step-1" in html
+    assert f"{run_path(PIN_RUN)}/turns/7#step-1" in html
 
 
 def test_it_windows_the_fidelity_map_on_long_runs(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}/fidelity?from=3")
+    r = alice_client.get(f"{run_path(PIN_RUN)}/fidelity?from=3")
     assert r.status_code == 200
     fmap = r.context["fmap"]
     assert fmap.total_steps == 10 and fmap.start == 0  # a 10-step run fits one window
@@ -83,7 +84,7 @@ def test_it_windows_the_fidelity_map_on_long_runs(samples: Project, alice_client
 
 
 def test_it_draws_pin_lanes_with_the_cap_and_rejected_calls(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}")
+    r = alice_client.get(run_path(PIN_RUN))
     pins = r.context["pins"]
     by_label = {lane.pin.label: lane for lane in pins.lanes}
     assert set(by_label) == {"constraints", "customer"}
@@ -96,64 +97,64 @@ def test_it_draws_pin_lanes_with_the_cap_and_rejected_calls(samples: Project, al
 
 
 def test_it_lists_cognitive_events_like_the_cli(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}")
+    r = alice_client.get(run_path(PIN_RUN))
     html = r.content.decode()
     assert PrimitiveEvent.objects.filter(run__run_id=PIN_RUN).count() == len(r.context["primitives"]) == 9
     assert "recall turn=2 → 2 messages" in html
     assert "recall turn=999 → turn out of range: 999, max=4" in html
     assert "pin REJECTED reason=pin_budget_exceeded" in html
     assert "unpin pin_id=p_00000000 (unknown id)" in html
-    assert re.search(rf'href="/runs/{PIN_RUN}/turns/5#step-1">turn 5', html)
+    assert re.search(rf'href="{run_path(PIN_RUN)}/turns/5#step-1">turn 5', html)
 
 
 def test_it_switches_agents_in_a_pool(samples: Project, alice_client: Client) -> None:
     run = Run.objects.get(run_id=POOL_RUN)
     assert run.agents == ["critic", "planner"]
-    r = alice_client.get(f"/runs/{POOL_RUN}")
+    r = alice_client.get(run_path(POOL_RUN))
     assert r.context["agent"] == "critic"
-    r = alice_client.get(f"/runs/{POOL_RUN}?agent=planner")
+    r = alice_client.get(f"{run_path(POOL_RUN)}?agent=planner")
     assert r.context["agent"] == "planner"
     html = r.content.decode()
     assert 'href="?agent=critic"' in html and 'aria-current="page">planner' in html
-    assert f"/runs/{POOL_RUN}/turns/1?agent=planner" in html
+    assert f"{run_path(POOL_RUN)}/turns/1?agent=planner" in html
 
 
 def test_it_reads_a_run_in_a_bounded_number_of_queries(
     samples: Project, alice_client: Client, django_assert_max_num_queries: Any
 ) -> None:
     with django_assert_max_num_queries(14):
-        r = alice_client.get(f"/runs/{PIN_RUN}")
+        r = alice_client.get(run_path(PIN_RUN))
     assert r.status_code == 200
 
 
 def test_it_polls_a_live_run(project: Project, alice_client: Client) -> None:
     ingest_live_run(project, "live-run", turns=2)
-    r = alice_client.get("/runs/live-run")
+    r = alice_client.get(run_path("live-run"))
     html = r.content.decode()
-    assert 'data-live-url="/runs/live-run/live"' in html and "Live — updating" in html
+    assert f'data-live-url="{run_path("live-run")}/live"' in html and "Live — updating" in html
     ingest_live_run(project, "live-run", turns=3)  # a third turn arrives
-    fragment = alice_client.get("/runs/live-run/live")
+    fragment = alice_client.get(f"{run_path('live-run')}/live")
     assert fragment.status_code == 200
     assert b'data-live="true"' in fragment.content
-    assert b'href="/runs/live-run/turns/3"' in fragment.content
+    assert f'href="{run_path("live-run")}/turns/3"'.encode() in fragment.content
 
 
 def test_it_stops_polling_a_finished_run(samples: Project, alice_client: Client) -> None:
-    html = alice_client.get(f"/runs/{PIN_RUN}").content.decode()
+    html = alice_client.get(run_path(PIN_RUN)).content.decode()
     assert "data-live-url" not in html
-    assert b'data-live="false"' in alice_client.get(f"/runs/{PIN_RUN}/live").content
+    assert b'data-live="false"' in alice_client.get(f"{run_path(PIN_RUN)}/live").content
 
 
 def test_it_escapes_trace_content(project: Project, alice_client: Client) -> None:
     ingest_hostile_run(project)
-    html = alice_client.get("/runs/hostile-run").content.decode()
+    html = alice_client.get(run_path("hostile-run")).content.decode()
     assert "<script>window.__xss" not in html and "<img src=x" not in html
     assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html  # the pin label, shown as text
     assert XSS not in html
 
 
 def test_it_shows_our_runtime_runs(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{OUR_RUN}")
+    r = alice_client.get(run_path(OUR_RUN))
     html = r.content.decode()
     assert "Arcana Console runtime" in html
     assert "key facts" in html and r.context["pins"].lanes[0].pin.pin_id == "p_1a2b3c4d"
@@ -161,10 +162,10 @@ def test_it_shows_our_runtime_runs(samples: Project, alice_client: Client) -> No
 
 def test_it_shows_an_idle_run_without_polling_it(project: Project, alice_client: Client) -> None:
     ingest_live_run(project, "crashed-run", turns=2, age=600)
-    html = alice_client.get("/runs/crashed-run").content.decode()
+    html = alice_client.get(run_path("crashed-run")).content.decode()
     assert "data-live-url" not in html and "Live — updating" not in html and ">Idle</span>" in html
-    fragment = alice_client.get("/runs/crashed-run/live").content
+    fragment = alice_client.get(f"{run_path('crashed-run')}/live").content
     assert b'data-live="false"' in fragment and b'data-status-label="Idle"' in fragment
-    turn = alice_client.get("/runs/crashed-run/turns/2").content.decode()
+    turn = alice_client.get(f"{run_path('crashed-run')}/turns/2").content.decode()
     assert "data-live-url" not in turn and ">Idle</span>" in turn
-    assert b'data-live="false"' in alice_client.get("/runs/crashed-run/turns/2/live").content
+    assert b'data-live="false"' in alice_client.get(f"{run_path('crashed-run')}/turns/2/live").content

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_live_run
+from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_live_run, run_path
 from traces.models import Project, Run
 
 
@@ -38,7 +38,7 @@ def test_it_lists_runs_newest_first_with_their_columns(samples: Project, alice_c
     assert started == sorted(started, reverse=True)
     html = r.content.decode()
     pin_run = Run.objects.get(run_id=PIN_RUN)
-    assert f'href="/runs/{PIN_RUN}"' in html
+    assert f'href="{run_path(PIN_RUN)}"' in html
     assert "recall 3" in html and "pin 4" in html and "unpin 2" in html
     assert pin_run.recall_count == 3
     assert "Arcana upload" in html and "Runtime" in html

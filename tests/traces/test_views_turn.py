@@ -1,4 +1,4 @@
-"""The turn page (`/runs/<run_id>/turns/<n>`): decision tables with [PIN] rows, active pins, prompt
+"""The turn page (`/projects/<project_id>/runs/<run_id>/turns/<n>`): decision tables with [PIN] rows, active pins, prompt
 snapshots, LLM output, primitive calls, what changed, navigation, escaping, access."""
 
 from __future__ import annotations
@@ -19,31 +19,32 @@ from tests.traces.views_helpers import (
     ingest_file,
     ingest_hostile_run,
     ingest_live_run,
+    run_path,
 )
 from traces.models import Project, Run, Step
 
 
 def test_it_requires_login(client: Client, samples: Project) -> None:
-    r = client.get(f"/runs/{PIN_RUN}/turns/1")
+    r = client.get(f"{run_path(PIN_RUN)}/turns/1")
     assert r.status_code == 302 and "/accounts/login/" in r["Location"]
 
 
 def test_it_checks_team_access(samples: Project, charlie_client: Client) -> None:
-    assert charlie_client.get(f"/runs/{PIN_RUN}/turns/1").status_code == 404
-    assert charlie_client.get(f"/runs/{PIN_RUN}/turns/1/live").status_code == 404
+    assert charlie_client.get(f"{run_path(PIN_RUN)}/turns/1").status_code == 404
+    assert charlie_client.get(f"{run_path(PIN_RUN)}/turns/1/live").status_code == 404
 
 
 def test_it_lets_members_read(samples: Project, bob_client: Client) -> None:
-    assert bob_client.get(f"/runs/{PIN_RUN}/turns/4").status_code == 200
+    assert bob_client.get(f"{run_path(PIN_RUN)}/turns/4").status_code == 200
 
 
 def test_it_404s_a_turn_out_of_range(samples: Project, alice_client: Client) -> None:
-    assert alice_client.get(f"/runs/{PIN_RUN}/turns/11").status_code == 404
+    assert alice_client.get(f"{run_path(PIN_RUN)}/turns/11").status_code == 404
 
 
 def test_it_flags_pinned_blocks_and_lists_active_pins(samples: Project, alice_client: Client) -> None:
     # Turn 4: "constraints" expired after turn 3 (still rendered by Arcana's off-by-one), "customer" active.
-    r = alice_client.get(f"/runs/{PIN_RUN}/turns/4")
+    r = alice_client.get(f"{run_path(PIN_RUN)}/turns/4")
     assert r.status_code == 200
     html = r.content.decode()
     assert [p.label for p in r.context["active_pins"]] == ["customer"]
@@ -56,7 +57,7 @@ def test_it_flags_pinned_blocks_and_lists_active_pins(samples: Project, alice_cl
 
 
 def test_it_shows_the_decision_table_explanation_and_budget(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}/turns/6")
+    r = alice_client.get(f"{run_path(PIN_RUN)}/turns/6")
     html = r.content.decode()
     decision = r.context["steps"][0]["decision"]
     assert decision.explanation and decision.explanation in html
@@ -68,7 +69,7 @@ def test_it_shows_the_decision_table_explanation_and_budget(samples: Project, al
 
 
 def test_it_says_what_changed_since_the_previous_step(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}/turns/3")
+    r = alice_client.get(f"{run_path(PIN_RUN)}/turns/3")
     changes = r.context["steps"][0]["changes"]
     assert changes.previous_label == "turn 2 step 1"
     assert changes.new_messages == 2
@@ -79,7 +80,7 @@ def test_it_says_what_changed_since_the_previous_step(samples: Project, alice_cl
 def test_it_shows_prompt_snapshot_output_and_primitive_results(
     samples: Project, alice_client: Client
 ) -> None:
-    r = alice_client.get(f"/runs/{PIN_RUN}/turns/5")
+    r = alice_client.get(f"{run_path(PIN_RUN)}/turns/5")
     html = r.content.decode()
     step = Step.objects.get(run__run_id=PIN_RUN, turn_number=5)
     assert step.prompt_snapshot is not None
@@ -90,15 +91,15 @@ def test_it_shows_prompt_snapshot_output_and_primitive_results(
 
 
 def test_it_links_previous_and_next_turns_for_j_and_k(samples: Project, alice_client: Client) -> None:
-    html = alice_client.get(f"/runs/{PIN_RUN}/turns/5").content.decode()
-    assert f'data-nav="prev" rel="prev" href="/runs/{PIN_RUN}/turns/4"' in html
-    assert f'data-nav="next" rel="next" href="/runs/{PIN_RUN}/turns/6"' in html
-    first = alice_client.get(f"/runs/{PIN_RUN}/turns/1").content.decode()
+    html = alice_client.get(f"{run_path(PIN_RUN)}/turns/5").content.decode()
+    assert f'data-nav="prev" rel="prev" href="{run_path(PIN_RUN)}/turns/4"' in html
+    assert f'data-nav="next" rel="next" href="{run_path(PIN_RUN)}/turns/6"' in html
+    first = alice_client.get(f"{run_path(PIN_RUN)}/turns/1").content.decode()
     assert 'data-nav="prev"' not in first and "js/turn.js" in first
 
 
 def test_it_scopes_turns_to_a_pool_agent(samples: Project, alice_client: Client) -> None:
-    r = alice_client.get(f"/runs/{POOL_RUN}/turns/1?agent=planner")
+    r = alice_client.get(f"{run_path(POOL_RUN)}/turns/1?agent=planner")
     assert r.status_code == 200 and r.context["agent"] == "planner"
     assert all(sv["step"].agent == "planner" for sv in r.context["steps"])
 
@@ -107,13 +108,13 @@ def test_it_reads_a_turn_in_a_bounded_number_of_queries(
     samples: Project, alice_client: Client, django_assert_max_num_queries: Any
 ) -> None:
     with django_assert_max_num_queries(12):
-        r = alice_client.get(f"/runs/{OUR_RUN}/turns/2")  # 3 steps, primitives, pins
+        r = alice_client.get(f"{run_path(OUR_RUN)}/turns/2")  # 3 steps, primitives, pins
     assert len(r.context["steps"]) == 3
 
 
 def test_it_collapses_long_content_and_escapes_markup(project: Project, alice_client: Client) -> None:
     ingest_hostile_run(project, big=50_000)
-    r = alice_client.get("/runs/hostile-run/turns/1")
+    r = alice_client.get(f"{run_path('hostile-run')}/turns/1")
     html = r.content.decode()
     assert "<script>window.__xss" not in html and "<img src=x" not in html
     assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
@@ -124,9 +125,9 @@ def test_it_collapses_long_content_and_escapes_markup(project: Project, alice_cl
 
 def test_it_polls_a_live_turn(project: Project, alice_client: Client) -> None:
     ingest_live_run(project, "live-run", turns=1)
-    html = alice_client.get("/runs/live-run/turns/1").content.decode()
-    assert 'data-live-url="/runs/live-run/turns/1/live"' in html
-    fragment = alice_client.get("/runs/live-run/turns/1/live")
+    html = alice_client.get(f"{run_path('live-run')}/turns/1").content.decode()
+    assert f'data-live-url="{run_path("live-run")}/turns/1/live"' in html
+    fragment = alice_client.get(f"{run_path('live-run')}/turns/1/live")
     assert b'data-live="true"' in fragment.content and b"<html" not in fragment.content
 
 
@@ -137,7 +138,7 @@ def test_it_shows_a_run_written_by_our_runtime(
     ingest_file(project, path)
     run = Run.objects.get(project=project, run_id=path.stem)
     assert run.source == Run.Source.RUNTIME and run.turns == 3 and run.pin_count == 1
-    html = alice_client.get(f"/runs/{run.run_id}/turns/2").content.decode()
+    html = alice_client.get(f"{run_path(run.run_id)}/turns/2").content.decode()
     assert "key facts" in html and "[PIN]" in html
     assert "recall turn=1 → 5 messages" in html
     assert "Budget is 42 units; deadline is Friday." in html  # the pin content in the side panel
@@ -152,7 +153,7 @@ def test_it_shows_the_tool_results_of_a_run_written_by_our_runtime(
     assert [(r["name"], r["ok"], r["result"]) for r in step.tool_results] == [
         ("lookup", True, "Paris: 21C, clear")
     ]
-    html = alice_client.get(f"/runs/{path.stem}/turns/1").content.decode()
+    html = alice_client.get(f"{run_path(path.stem)}/turns/1").content.decode()
     assert "Tool results" in html and 'class="call tool-result tool-result--ok"' in html
     assert "Paris: 21C, clear" in html and 'aria-label="succeeded">✓' in html
     assert "&quot;city&quot;: &quot;Paris&quot;" in html  # the arguments, escaped
@@ -161,7 +162,7 @@ def test_it_shows_the_tool_results_of_a_run_written_by_our_runtime(
 def test_it_shows_failed_and_unknown_tools_with_what_the_model_was_told(
     samples: Project, alice_client: Client
 ) -> None:
-    html = alice_client.get(f"/runs/{OUR_RUN}/turns/2").content.decode()
+    html = alice_client.get(f"{run_path(OUR_RUN)}/turns/2").content.decode()
     assert "price service unavailable" in html and "tool &#x27;weather&#x27; not found in registry" in html
     assert html.count('aria-label="failed">✗') == 2
     assert "unknown_tool" in html and "3 ms" in html
@@ -179,7 +180,7 @@ def test_it_shows_the_tool_results_of_an_arcana_file(
         ("lookup", True, False, 7),
         ("weather", False, False, None),
     ]
-    html = alice_client.get("/runs/arcana-tools/turns/1").content.decode()
+    html = alice_client.get(f"{run_path('arcana-tools')}/turns/1").content.decode()
     assert "result not recorded by arcana-agent 1.2" in html and "feedc0de" in html and "7 ms" in html
     assert 'aria-label="succeeded">✓' in html and 'aria-label="failed">✗' in html
     assert "no event recorded (arcana-agent 1.2 writes none for a tool that is not registered)" in html

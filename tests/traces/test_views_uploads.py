@@ -7,7 +7,7 @@ from typing import Any
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from tests.traces.views_helpers import ARCANA, PIN_RUN
+from tests.traces.views_helpers import ARCANA, PIN_RUN, run_path
 from traces.models import Membership, Project, Team, Upload
 from traces.tasks import process_upload
 
@@ -57,7 +57,7 @@ def test_it_lists_past_uploads_with_counts_errors_and_runs(project: Project, ali
     assert "mixed.jsonl" in html and "done" in html
     assert ">42<" in html  # accepted
     assert "1 line error" in html and "line 43" in html
-    assert f'href="/runs/{PIN_RUN}?project=alpha-app"' in html
+    assert f'href="{run_path(PIN_RUN)}"' in html
     fragment = alice_client.get("/uploads?fragment=list")
     assert b"mixed.jsonl" in fragment.content and b"<html" not in fragment.content
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from traces.ingest import ingest_events, ingest_jsonl
-from traces.models import Project
+from traces.models import Project, Run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ARCANA = FIXTURES / "arcana-1.2"
@@ -217,3 +217,13 @@ def arcana_tool_run(run_id: str, payload: str) -> list[dict[str, Any]]:
         timestamp="2026-11-30T06:00:03+00:00",
     )  # fmt: skip
     return [turn0, tool, turn1]
+
+
+def run_path(run_id: str) -> str:
+    """The page address of the one run stored with this id (tests that hold a single such run)."""
+    return Run.objects.get(run_id=run_id).get_absolute_url()
+
+
+def api_path(run_id: str) -> str:
+    """The read API's address of the one run stored with this id."""
+    return Run.objects.get(run_id=run_id).api_url()

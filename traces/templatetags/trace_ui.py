@@ -155,3 +155,16 @@ def budget_ratio(decision: Any) -> float | None:
     if not isinstance(used, int) or not isinstance(total, int) or total <= 0:
         return None
     return used / total
+
+
+@register.filter
+def turn_url(run: Any, number: Any) -> str:
+    """`{{ run|turn_url:n }}`: the page of turn n of `run` (a template cannot pass arguments to
+    `Run.turn_url`). The URL is plain text, so auto-escaping still applies in attributes."""
+    return str(run.turn_url(int(number)))
+
+
+@register.filter
+def turn_live_url(run: Any, number: Any) -> str:
+    """`{{ run|turn_live_url:n }}`: the steps fragment turn n's page polls while the run is live."""
+    return str(run.turn_live_url(int(number)))
