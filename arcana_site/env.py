@@ -13,14 +13,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 
+@overload
+def envstr(name: str, default: str, *, environ: Mapping[str, str] | None = None) -> str: ...
+@overload
+def envstr(name: str, default: None = None, *, environ: Mapping[str, str] | None = None) -> str | None: ...
 def envstr(name: str, default: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable's value; `default` when it is unset or empty."""
     env = os.environ if environ is None else environ
     value = env.get(name)
     if value is None or value == "":

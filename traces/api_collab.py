@@ -183,7 +183,8 @@ class NoteCreateSerializer(serializers.Serializer[Any]):
     agent = serializers.CharField(required=False, allow_blank=True, max_length=200, help_text="pool agent")
     turn = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text="1-based turn")
     step = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text="1-based step")
-    label = serializers.ChoiceField(choices=Note.Label.values, default=Note.Label.QUESTION)
+    # DRF's metaclass moves declared fields off the class, so this does not replace Field.label.
+    label = serializers.ChoiceField(choices=Note.Label.values, default=Note.Label.QUESTION)  # type: ignore[assignment]
     body = serializers.CharField(max_length=Note.BODY_MAX)
 
 
@@ -194,7 +195,7 @@ class NoteSerializer(serializers.Serializer[Note]):
     agent = serializers.CharField()
     turn = serializers.IntegerField(source="turn_number", allow_null=True)
     step = serializers.IntegerField(source="step_number", allow_null=True)
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a declared field, not Field.label (see above)
     body = serializers.CharField()
     author = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()

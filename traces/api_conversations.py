@@ -123,6 +123,8 @@ ProviderListSerializer = inline_serializer(
 def _may_write(request: Request, project: Project) -> bool:
     if key_of(request) is not None:
         return True  # a project key may run conversations of its project
+    if not request.user.is_authenticated:
+        return False
     return Membership.objects.filter(
         team_id=project.team_id, user=request.user, role__in=WRITE_ROLES
     ).exists()

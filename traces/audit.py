@@ -54,8 +54,8 @@ def actor_fields(actor: Any) -> tuple[Any, str]:
     if isinstance(actor, str):
         return None, actor[:200]
     key = getattr(actor, "key", None)  # traces.authentication.ProjectKeyUser
-    if isinstance(actor, ApiKey) or isinstance(key, ApiKey):
-        api_key = actor if isinstance(actor, ApiKey) else key
+    api_key = actor if isinstance(actor, ApiKey) else key if isinstance(key, ApiKey) else None
+    if api_key is not None:
         return None, f"API key {api_key.prefix}… ({api_key.name or 'unnamed'})"[:200]
     if getattr(actor, "is_authenticated", False) and getattr(actor, "pk", None) is not None:
         return actor, str(actor.get_username())[:200]

@@ -43,7 +43,7 @@ def process_upload(upload_id: int) -> dict[str, Any]:
     if claimed != 1:
         return {"upload": upload_id, "skipped": "not queued"}
     upload = Upload.objects.select_related("project").get(pk=upload_id)
-    base = {
+    base: dict[str, Any] = {
         "accepted": upload.accepted,
         "duplicates": upload.duplicates,
         "rejected": upload.rejected,

@@ -28,6 +28,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from traces import teams
+from traces.authentication import SignedInRequest
 from traces.models import (
     Action,
     ApiKey,
@@ -74,7 +75,7 @@ def _project(membership: Membership, project_id: int) -> Project:
 def current_team_id(request: HttpRequest) -> int | None:
     """The team chosen in the header's switcher, if the caller still belongs to it; None = all teams."""
     team_id = request.session.get(SESSION_TEAM)
-    if not isinstance(team_id, int):
+    if not isinstance(team_id, int) or not request.user.is_authenticated:
         return None
     if not Membership.objects.filter(team_id=team_id, user=request.user).exists():
         request.session.pop(SESSION_TEAM, None)
@@ -113,7 +114,7 @@ def _rule_error(request: HttpRequest, exc: teams.TeamRuleError) -> None:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def team_list(request: HttpRequest) -> HttpResponse:
+def team_list(request: SignedInRequest) -> HttpResponse:
     """The caller's teams, and a form to start a new one (its creator is its owner)."""
     if request.method == "POST":
         try:
@@ -496,7 +497,7 @@ def team_audit(request: HttpRequest, team_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def run_delete(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+def run_delete(request: SignedInRequest, project_id: int, run_id: str) -> HttpResponse:
     """Delete a run (admins and owners). Outsiders get 404; members and viewers of the team get 403."""
     run = (
         Run.objects.filter(

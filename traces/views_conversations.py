@@ -99,8 +99,10 @@ class NewRunForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["project"].choices = [(p.pk, f"{p.team.name} / {p.slug}") for p in projects]
-        self.fields["model"].choices = [
+        project_field, model_field = self.fields["project"], self.fields["model"]
+        assert isinstance(project_field, forms.ChoiceField) and isinstance(model_field, forms.ChoiceField)
+        project_field.choices = [(p.pk, f"{p.team.name} / {p.slug}") for p in projects]
+        model_field.choices = [
             (p["name"], [(_model_value(p["name"], m), m) for m in p["models"]])
             for p in service.available_providers()
         ]
