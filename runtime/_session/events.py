@@ -76,35 +76,7 @@ class _SessionEvents:
         text = resp.content
         calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in resp.tool_calls]
         u = resp.usage or Usage()
-        assessment: dict[str, Any]
-        if calls:
-            assessment = {
-                "completed": False,
-                "failed": False,
-                "needs_clarification": False,
-                "answer": None,
-                "completion_reason": None,
-                "confidence": 0.0,
-            }
-        elif not text:
-            assessment = {
-                "completed": False,
-                "failed": True,
-                "needs_clarification": False,
-                "answer": None,
-                "completion_reason": "empty_response",
-                "confidence": 0.0,
-            }
-        else:
-            natural = resp.finish_reason in (None, "stop")
-            assessment = {
-                "completed": True,
-                "failed": False,
-                "needs_clarification": False,
-                "answer": text,
-                "completion_reason": "natural_stop" if natural else resp.finish_reason,
-                "confidence": 0.85 if natural else 0.5,
-            }
+        assessment = _assessment(resp, has_calls=bool(calls))
         stop: dict[str, Any] = {}
         if exhausted:
             stop = {
@@ -301,3 +273,37 @@ def _arcana_message(m: Mapping[str, Any]) -> dict[str, Any]:
         else None,
         "cache_control": None,
     }
+
+
+def _assessment(resp: ProviderResponse, *, has_calls: bool) -> dict[str, Any]:
+    """The `turn` event's `assessment`, as Arcana words it: a step that called tools is not done, an
+    empty answer failed, anything else completed (naturally, or cut short by `finish_reason`)."""
+    text = resp.content
+    if has_calls:
+        return {
+            "completed": False,
+            "failed": False,
+            "needs_clarification": False,
+            "answer": None,
+            "completion_reason": None,
+            "confidence": 0.0,
+        }
+    elif not text:
+        return {
+            "completed": False,
+            "failed": True,
+            "needs_clarification": False,
+            "answer": None,
+            "completion_reason": "empty_response",
+            "confidence": 0.0,
+        }
+    else:
+        natural = resp.finish_reason in (None, "stop")
+        return {
+            "completed": True,
+            "failed": False,
+            "needs_clarification": False,
+            "answer": text,
+            "completion_reason": "natural_stop" if natural else resp.finish_reason,
+            "confidence": 0.85 if natural else 0.5,
+        }
