@@ -17,7 +17,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from traces import audit
-from traces.models import Action, AuditLog, Note, Run, Step, Turn, projects_for_user
+from traces.models import Action, AuditLog, Membership, Note, Run, Step, Turn, projects_for_user
 
 
 class NoteError(ValueError):
@@ -137,6 +137,36 @@ def do_set_resolved(note: Note, actor: Any, resolved: bool) -> bool:
             {"run_id": note.run.run_id, audit.OLD: not resolved, audit.NEW: resolved},
         )
     return True
+
+
+def run_notes_ctx(run: Run) -> dict[str, Any]:
+    """Every note on the run, for the run overview (one query)."""
+    return {"notes": list(Note.objects.filter(run=run).select_related("author", "resolved_by"))}
+
+
+def turn_notes_ctx(run: Run, agent: str, number: int, step_views: list[dict[str, Any]]) -> dict[str, Any]:
+    """The notes of one turn of `agent`: those on the turn as a whole (`turn_notes`), and each step's,
+    put on its step view as `notes`, next to its decision table (one query)."""
+    rows = list(
+        Note.objects.filter(run=run, agent=agent, turn_number=number).select_related("author", "resolved_by")
+    )
+    by_step: dict[int, list[Note]] = {}
+    for n in rows:
+        if n.step_number is not None:
+            by_step.setdefault(n.step_number, []).append(n)
+    for sv in step_views:
+        sv["notes"] = by_step.get(sv["step"].number, [])
+        sv["note_form_id"] = f"step-{sv['step'].number}-note"
+    return {"turn_notes": [n for n in rows if n.step_number is None]}
+
+
+def note_perm_ctx(membership: Membership | None) -> dict[str, Any]:
+    """Whether the page offers note forms and resolve buttons (members and above), and the labels.
+    `membership`: the caller's in the run's team (`membership_of`), None for anyone else."""
+    return {
+        "can_note": membership is not None and membership.can(Action.NOTE),
+        "note_labels": Note.Label.choices,
+    }
 
 
 def notes_for_user(user: Any) -> QuerySet[Note]:

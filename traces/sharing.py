@@ -25,14 +25,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.http import Http404
+from django.http import Http404, HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
 from traces import audit
-from traces.models import AuditLog, Note, Pin, PrimitiveEvent, Run, ShareLink, Step
+from traces.models import Action, AuditLog, Membership, Note, Pin, PrimitiveEvent, Run, ShareLink, Step
 
 TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 43 URL-safe characters, 256 bits
+EXPIRY_CHOICES = [("", "Never"), ("1", "1 day"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days")]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -107,6 +108,24 @@ def link_for_token(token: str) -> ShareLink:
     if link is None:
         raise Http404("No such link.")
     return link
+
+
+def new_url_session_key(run: Run) -> str:
+    return f"share_url:{run.pk}"
+
+
+def share_panel_ctx(request: HttpRequest, run: Run, membership: Membership | None) -> dict[str, Any]:
+    """The run page's share-link panel for members and above (`membership`: the caller's in the run's
+    team): the run's links, and the URL of a link just created (kept in the session for this one
+    render: only the token's hash is stored)."""
+    if membership is None or not membership.can(Action.SHARE):
+        return {"can_share": False}
+    return {
+        "can_share": True,
+        "share_links": list(ShareLink.objects.filter(run=run).select_related("created_by")),
+        "new_share_url": request.session.pop(new_url_session_key(run), None),
+        "expiry_choices": EXPIRY_CHOICES,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------

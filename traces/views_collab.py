@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -30,53 +31,6 @@ from traces import sharing, views
 from traces.models import Action, Note, Run, ShareLink, projects_for_user, user_can
 
 NOTES_PER_PAGE = 50
-EXPIRY_CHOICES = [("", "Never"), ("1", "1 day"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days")]
-
-
-# ---------------------------------------------------------------------------------------------------
-# Context the team's run and turn pages add (called by traces.views)
-
-
-def run_notes_ctx(run: Run) -> dict[str, Any]:
-    """Every note on the run, for the run page (one query)."""
-    return {"notes": list(Note.objects.filter(run=run).select_related("author", "resolved_by"))}
-
-
-def turn_notes_ctx(run: Run, agent: str, number: int, step_views: list[dict[str, Any]]) -> dict[str, Any]:
-    """The notes of one turn: those on the turn as a whole (`turn_notes`), and each step's, put on its
-    step view as `notes` (one query)."""
-    rows = list(
-        Note.objects.filter(run=run, agent=agent, turn_number=number).select_related("author", "resolved_by")
-    )
-    by_step: dict[int, list[Note]] = {}
-    for n in rows:
-        if n.step_number is not None:
-            by_step.setdefault(n.step_number, []).append(n)
-    for sv in step_views:
-        sv["notes"] = by_step.get(sv["step"].number, [])
-    return {"turn_notes": [n for n in rows if n.step_number is None]}
-
-
-def member_ctx(request: HttpRequest, run: Run) -> dict[str, Any]:
-    """What a team member's run or turn page adds: may they write notes / share, and the note labels."""
-    team_id = run.project.team_id
-    return {
-        "can_note": user_can(request.user, team_id, Action.NOTE),
-        "can_share": user_can(request.user, team_id, Action.SHARE),
-        "note_labels": Note.Label.choices,
-    }
-
-
-def share_ctx(request: HttpRequest, run: Run, can_share: bool) -> dict[str, Any]:
-    """The run page's share-link panel: the run's links, and a just-created link's URL (shown once)."""
-    if not can_share:
-        return {}
-    new_url = request.session.pop(f"share_url:{run.pk}", None)
-    return {
-        "share_links": list(ShareLink.objects.filter(run=run).select_related("created_by")),
-        "new_share_url": new_url,
-        "expiry_choices": EXPIRY_CHOICES,
-    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -100,9 +54,7 @@ def _shared_run(token: str) -> tuple[ShareLink, Run]:
 def shared_run(request: HttpRequest, token: str) -> HttpResponse:
     link, run = _shared_run(token)
     agent = views._agent_for(request, run)
-    ctx = views.run_ctx(request, run, agent)
-    ctx.update(run_notes_ctx(run))
-    ctx = sharing.redact(ctx, hide_content=link.hide_content)
+    ctx = sharing.redact(views.run_ctx(request, run, agent), hide_content=link.hide_content)
     return _shared(render(request, "traces/run.html", ctx))
 
 
@@ -166,14 +118,14 @@ def _back(request: HttpRequest, fallback: str) -> HttpResponseRedirect:
 def share_link_create(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     run = _run_for_action(request, project_id, run_id, Action.SHARE)
     days = request.POST.get("expires_in_days") or ""
-    if days and days not in {value for value, _label in EXPIRY_CHOICES}:
+    if days and days not in {value for value, _label in sharing.EXPIRY_CHOICES}:
         messages.error(request, "Choose an expiry from the list.")
         return HttpResponseRedirect(run.get_absolute_url() + "#share")
     expires_at = timezone.now() + timedelta(days=int(days)) if days else None
     hide = request.POST.get("hide_content") == "1"
     _link, raw = sharing.do_create_share_link(run, request.user, hide_content=hide, expires_at=expires_at)
     # Shown once, on the next render of the run page; only the hash is kept.
-    request.session[f"share_url:{run.pk}"] = request.build_absolute_uri(sharing.share_url(raw))
+    request.session[sharing.new_url_session_key(run)] = request.build_absolute_uri(sharing.share_url(raw))
     return HttpResponseRedirect(run.get_absolute_url() + "#share")
 
 
@@ -193,11 +145,9 @@ def share_link_revoke(request: HttpRequest, project_id: int, run_id: str, link_i
 
 def _note_anchor(run: Run, note: Note) -> str:
     """The page (and place) a note is shown on."""
-    if note.turn_number is None:
-        return run.get_absolute_url() + (f"?agent={note.agent}" if note.agent else "") + "#notes"
-    from urllib.parse import urlencode
-
     query = f"?{urlencode({'agent': note.agent})}" if note.agent else ""
+    if note.turn_number is None:
+        return run.get_absolute_url() + query + "#notes"
     anchor = f"#step-{note.step_number}-notes" if note.step_number else "#turn-notes"
     return run.turn_url(note.turn_number) + query + anchor
 
@@ -210,10 +160,14 @@ def note_create(request: HttpRequest, project_id: int, run_id: str) -> HttpRespo
         data = notes_service.check_note(run, request.POST)
     except notes_service.NoteError as e:
         messages.error(request, f"Note not saved: {e.field} {e.message}.")
-        return _back(request, run.get_absolute_url())
+        # Back to the page the form was on: the turn's when it named an existing one.
+        turn = request.POST.get("turn") or ""
+        if turn.isdigit() and run.turn_set.filter(number=int(turn)).exists():
+            return HttpResponseRedirect(run.turn_url(int(turn)))
+        return HttpResponseRedirect(run.get_absolute_url())
     note = notes_service.do_create_note(run, request.user, data)
     messages.success(request, f"Note added on {note.target_label}.")
-    return _back(request, _note_anchor(run, note))
+    return HttpResponseRedirect(_note_anchor(run, note))
 
 
 @login_required
