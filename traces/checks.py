@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Tags, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 
 
 def sqlite_concurrency_warnings(engine: str, processes: int) -> list[Warning]:
@@ -51,4 +51,19 @@ def check_secure_cookies(app_configs: Any = None, **kwargs: Any) -> list[Warning
                 id="arcana.W003",
             )
         ]
+    return []
+
+
+@register()
+def check_providers(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """`ARCANA_PROVIDERS` must parse (`arcana.E001`), so a typo stops `migrate` / `check` at start
+    instead of failing the first conversation."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from traces.conversations import server_providers
+
+    try:
+        server_providers()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), hint="See docs/guide/conversations.md for the format.", id="arcana.E001")]
     return []

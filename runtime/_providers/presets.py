@@ -57,7 +57,7 @@ def resolve_providers(spec: Mapping[str, Any]) -> dict[str, Provider]:
 
     Rules, per entry:
     - a `Provider` instance is kept as it is;
-    - a string is the API key of a preset (`openai`, `deepseek`);
+    - a string is the API key of a preset (`openai`, `deepseek`, `gemini`, `kimi`, `glm`, `minimax`, `ollama`);
     - a dict (keys: api_key, base_url, model, timeout, max_retries, stream, extra_headers, client)
       overrides the preset of the same name, or, for any other name, must hold `base_url` (a custom
       endpoint) and `model`;

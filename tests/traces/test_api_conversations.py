@@ -260,3 +260,13 @@ def test_it_answers_any_body_with_201_or_a_400_error(api_client: Client, body: d
         assert r.json()["error"] and isinstance(r.json()["detail"], list)
     else:
         Conversation.objects.all().delete()
+
+
+def test_a_bad_provider_configuration_is_a_system_check_error(settings: Any) -> None:
+    from traces.checks import check_providers
+
+    settings.ARCANA_PROVIDERS = '{"local": {"base_url": "ftp://x", "model": "m"}}'
+    errors = check_providers()
+    assert [e.id for e in errors] == ["arcana.E001"] and "local" in errors[0].msg
+    settings.ARCANA_PROVIDERS = ""
+    assert check_providers() == []
