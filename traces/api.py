@@ -30,9 +30,21 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler, set_rollback
 
 from runtime import errors as runtime_errors
-from traces import ingest
+from traces import ingest, teams
 from traces.authentication import ApiKeyAuthentication, key_of
-from traces.models import Event, Membership, PrimitiveEvent, Project, Run, Step, Turn, Upload
+from traces.models import (
+    Action,
+    Event,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+    Upload,
+    projects_for_user,
+    user_can,
+)
+from traces.ratelimit import IngestRateThrottle
 from traces.serializers import (
     ErrorSerializer,
     EventSerializer,
@@ -93,9 +105,18 @@ class BaseView(APIView):
 
     authentication_classes = [ApiKeyAuthentication, SessionAuthentication]
     permission_classes = [permissions.IsAuthenticated]
+    # What an API key must allow to call this view: "read" (read + ingest keys only) or "ingest" (any
+    # key of the project: sending traces and following one's uploads).
+    key_scope = "read"
 
     def get_exception_handler(self) -> Callable[..., Response | None]:
         return api_exception_handler
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        key = key_of(request)
+        if key is not None and self.key_scope == "read" and not key.can_read:
+            raise exceptions.PermissionDenied("this API key is ingest-only; use a read + ingest key to read")
 
 
 def scoped_projects(request: Request) -> QuerySet[Project]:
@@ -103,7 +124,7 @@ def scoped_projects(request: Request) -> QuerySet[Project]:
     key = key_of(request)
     if key is not None:
         return Project.objects.filter(pk=key.project_id)
-    return Project.objects.filter(team__memberships__user=request.user)
+    return projects_for_user(request.user)
 
 
 def writable_project(request: Request, slug: str | None, team: str | None) -> Project:
@@ -114,11 +135,7 @@ def writable_project(request: Request, slug: str | None, team: str | None) -> Pr
         return key.project
     if not slug:
         raise exceptions.ValidationError({"project": "name the project (its slug) to upload to"})
-    qs = Project.objects.filter(
-        slug=slug, team__memberships__user=request.user, team__memberships__role__in=[
-            Membership.Role.OWNER, Membership.Role.ADMIN, Membership.Role.MEMBER,
-        ],
-    ).select_related("team")  # fmt: skip
+    qs = projects_for_user(request.user, Action.UPLOAD).filter(slug=slug).select_related("team")
     if team:
         qs = qs.filter(team__name=team)
     found = list(qs[:2])
@@ -219,6 +236,8 @@ class IngestView(ChunkedBodyMixin, BaseView):
 
     authentication_classes = [ApiKeyAuthentication]
     parser_classes = [RawBodyParser]
+    key_scope = "ingest"
+    throttle_classes = [IngestRateThrottle]
 
     @extend_schema(
         request=IngestRequestSerializer,
@@ -270,6 +289,8 @@ class UploadListView(ChunkedBodyMixin, BaseView):
     # Multipart is parsed by DRF (so the session CSRF check and the view see the same form data);
     # any other body is read from the stream by the view itself.
     parser_classes = [MultiPartParser, RawBodyParser]
+    key_scope = "ingest"
+    throttle_classes = [IngestRateThrottle]
 
     @extend_schema(
         request={"multipart/form-data": OpenApiTypes.OBJECT, "application/x-ndjson": OpenApiTypes.BINARY},
@@ -333,6 +354,8 @@ class UploadListView(ChunkedBodyMixin, BaseView):
 
 
 class UploadDetailView(BaseView):
+    key_scope = "ingest"  # `arcana trace upload` follows its uploads with the key it uploaded with
+
     @extend_schema(responses={200: UploadSerializer}, summary="An upload's status, progress and line errors")
     def get(self, request: Request, upload_id: int) -> Response:
         upload = Upload.objects.filter(pk=upload_id, project__in=scoped_projects(request)).first()
@@ -450,6 +473,21 @@ class RunDetailView(BaseView):
         data["turn_list"] = turn_list
         data["pins"] = PinSerializer(run.pins.all(), many=True).data
         return Response(data)
+
+    @extend_schema(
+        request=None,
+        responses={204: None, 403: ErrorSerializer, 404: ErrorSerializer},
+        summary="Delete a run: its raw events and every projection (audited)",
+        description="Session callers need the admin or owner role in the run's team; a read + ingest API "
+        "key of the run's project may delete its runs. Outsiders get 404.",
+    )
+    def delete(self, request: Request, project_id: int, run_id: str) -> Response:
+        run = get_run_for_request(request, project_id, run_id)
+        key = key_of(request)
+        if key is None and not user_can(request.user, run.project.team_id, Action.DELETE_RUNS):
+            raise exceptions.PermissionDenied("deleting runs needs the admin or owner role")
+        teams.do_delete_run(run, key or request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class TurnDetailView(BaseView):
