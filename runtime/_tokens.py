@@ -335,7 +335,7 @@ def tiktoken_knows(model: str | None) -> bool:
     return True
 
 
-class CalibratedCounter:
+class CalibratedCounter(TokenCounter):
     """A `TokenCounter` whose counts are scaled to a model whose tokenizer tiktoken does not have.
 
     The session reports, after every provider call, how many prompt tokens the base counter counted
@@ -355,8 +355,11 @@ class CalibratedCounter:
     MIN_RATIO, MAX_RATIO = 0.25, 4.0
 
     def __init__(self, base: TokenCounter) -> None:
+        # No super().__init__(): every count is delegated to `base` (one tokenizer, one cache), so the
+        # encoding is not loaded twice. All public methods of TokenCounter are overridden below.
         self.base = base
         self.encoding = base.encoding
+        self.hits = self.misses = 0
         self.counted = 0
         self.reported = 0
         self.observations = 0

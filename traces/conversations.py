@@ -352,7 +352,7 @@ def check_conversation_request(data: Any) -> ConversationSpec:
         raise ConversationInputError(errors)
     return ConversationSpec(
         provider=provider,
-        model=model,
+        model=str(model),
         system=system,
         cognitive_primitives=primitives,
         context_window=window,
@@ -754,7 +754,8 @@ def run_pending_turns(conversation_id: int) -> dict[str, Any]:
     lease.start()
     store = StoreSink(conv.project)
     loop = asyncio.new_event_loop()
-    status, reason = Conversation.Status.FAILED, ""
+    status: str | None = Conversation.Status.FAILED
+    reason = ""
     engine: _Engine | None = None
     try:
         engine = build_engine(conv, store)
@@ -796,7 +797,8 @@ def _run_turns(
 
     sessions = list(engine.pool.agents.values()) if engine.pool is not None else [engine.chat]
     for s in sessions:
-        s.stop_check = stop_check  # type: ignore[union-attr]
+        assert s is not None
+        s.stop_check = stop_check
 
     while True:
         conv.refresh_from_db(fields=["script", "cursor", "cancel_requested", "status", "lease_owner"])

@@ -10,6 +10,7 @@ from typing import Any
 from .._config import RuntimeConfig
 from .._primitives import PrimitiveOutcome
 from .._provider_types import Provider, ProviderResponse, Usage
+from .._tokens import CalibratedCounter, TokenCounter
 from .._tools import Tool, ToolOutcome
 from .._trace_writer import TraceWriter, digest
 from ..errors import ProviderError
@@ -23,6 +24,7 @@ class _SessionEvents:
     model: str | None
     provider: Provider
     provider_name: str
+    counter: TokenCounter
     _spine: str | None
 
     def _model_name(self, resp: ProviderResponse | None = None) -> str | None:
@@ -34,7 +36,7 @@ class _SessionEvents:
         if not self.writer.enabled:
             return
         metadata = decision.to_metadata()
-        if getattr(self.counter, "estimated", False):
+        if isinstance(self.counter, CalibratedCounter):
             # The counts are calibrated estimates (the model's tokenizer is not one tiktoken has).
             metadata["context_report"]["token_counts"] = self.counter.describe()
         self.writer.emit("context_decision", turn=turn, step=step, parent_step_id=step_id, metadata=metadata)
@@ -149,7 +151,7 @@ class _SessionEvents:
                 "finish_reason": resp.finish_reason,
                 **(
                     {"token_counts": self.counter.describe()}
-                    if getattr(self.counter, "estimated", False)
+                    if isinstance(self.counter, CalibratedCounter)
                     else {}
                 ),
             },

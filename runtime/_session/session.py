@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .._config import ALL_PRIMITIVE_TOOL_NAMES
 from .._primitives import CognitiveHandler
 from .._provider_types import Provider, ProviderResponse, Usage
-from .._tokens import REPLY_PRIMING_TOKENS
+from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter
 from .._tools import Tool, run_tool
 from .._trace_reader import TraceReader
 from .._trace_writer import TraceWriter, digest
@@ -108,7 +108,7 @@ class ChatSession(_SessionEvents):
         self._in_turn = False
         self._spine: str | None = None  # step_id of the last `turn` event: the next one's parent
         # Calibrated (estimated) counts for a model whose tokenizer tiktoken does not have.
-        self.counter: Any = runtime.counter_for(self.provider, model)
+        self.counter = runtime.counter_for(self.provider, model)
         self.cognitive = CognitiveHandler(
             primitives,
             counter=self.counter,
@@ -262,12 +262,15 @@ class ChatSession(_SessionEvents):
 
     def _calibrate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resp: Any) -> None:
         """Feed a calibrated counter the provider's prompt-token figure for what was just sent."""
-        observe = getattr(self.counter, "observe", None)
-        if observe is None or resp.usage is None or not resp.usage.prompt_tokens:
+        if (
+            not isinstance(self.counter, CalibratedCounter)
+            or resp.usage is None
+            or not resp.usage.prompt_tokens
+        ):
             return
         base = self.counter.base
         counted = base.count_messages(messages) + base.count_tools(tools)
-        observe(counted=counted, reported=resp.usage.prompt_tokens)
+        self.counter.observe(counted=counted, reported=resp.usage.prompt_tokens)
 
     def _reply(
         self,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._config import normalize_primitives
+from .._tokens import CalibratedCounter
 from .._tools import Tool
 from .._trace_writer import TraceWriter
 from ..errors import ConfigError
@@ -72,7 +73,7 @@ def session_state(session: ChatSession, *, include_history: bool = True) -> dict
         "budgets": session.writer.budgets.to_dict(),
         "provider_cursor": cursor,
         "token_calibration": session.counter.to_dict()
-        if getattr(session.counter, "estimated", False)
+        if isinstance(session.counter, CalibratedCounter)
         else None,
     }
     # Guarantee JSON-safety now, not when the caller serializes it.
@@ -132,7 +133,7 @@ def restore_session(
     if pool is None:
         writer.budgets.restore(state.get("budgets") or {})
     calibration = state.get("token_calibration")
-    if calibration and getattr(session.counter, "estimated", False):
+    if calibration and isinstance(session.counter, CalibratedCounter):
         session.counter.restore(calibration)
     cursor = state.get("provider_cursor")
     restore = getattr(session.provider, "restore_state", None)
