@@ -72,12 +72,26 @@ def _project(membership: Membership, project_id: int) -> Project:
     return project
 
 
+def memberships_of(request: HttpRequest) -> list[Membership]:
+    """The caller's memberships with their teams, read once per request (the header's switcher, the
+    runs list's scope and permission checks in templates all ask)."""
+    cached: list[Membership] | None = getattr(request, "_memberships", None)
+    if cached is None:
+        cached = (
+            list(Membership.objects.filter(user=request.user).select_related("team").order_by("team__name"))
+            if request.user.is_authenticated
+            else []
+        )
+        request._memberships = cached  # type: ignore[attr-defined]
+    return cached
+
+
 def current_team_id(request: HttpRequest) -> int | None:
     """The team chosen in the header's switcher, if the caller still belongs to it; None = all teams."""
     team_id = request.session.get(SESSION_TEAM)
     if not isinstance(team_id, int) or not request.user.is_authenticated:
         return None
-    if not Membership.objects.filter(team_id=team_id, user=request.user).exists():
+    if not any(m.team_id == team_id for m in memberships_of(request)):
         request.session.pop(SESSION_TEAM, None)
         return None
     return team_id

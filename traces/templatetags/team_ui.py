@@ -11,8 +11,6 @@ from typing import Any
 
 from django import template
 
-from traces.models import Membership
-
 register = template.Library()
 
 
@@ -22,18 +20,18 @@ def team_switcher(context: template.Context) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if request is None or user is None or not user.is_authenticated:
         return {"memberships": []}
-    from traces.team_views import current_team_id
+    from traces.team_views import current_team_id, memberships_of
 
-    memberships = list(Membership.objects.filter(user=user).select_related("team").order_by("team__name"))
-    return {"memberships": memberships, "current": current_team_id(request), "request": request}
+    return {"memberships": memberships_of(request), "current": current_team_id(request), "request": request}
 
 
 @register.simple_tag(takes_context=True)
 def user_can(context: template.Context, team_id: int, action: str) -> bool:
     """Whether the page's user may do `action` in team `team_id` (the one rule, `Membership.can`)."""
+    from traces.team_views import memberships_of
+
     request = context.get("request")
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
+    if request is None:
         return False
-    membership = Membership.objects.filter(team_id=team_id, user=user).first()
+    membership = next((m for m in memberships_of(request) if m.team_id == team_id), None)
     return membership is not None and membership.can(action)
