@@ -164,7 +164,7 @@ def do_create_invite(
             role=role,
             note=note[:100],
             token_hash=Invite.hash_token(raw),
-            created_by=actor,
+            created_by=audit.actor_fields(actor)[0],
             expires_at=timezone.now() + timedelta(days=days),
         )
         audit.record(
@@ -329,7 +329,8 @@ def do_create_api_key(project: Project, actor: Any, name: str, scope: str) -> tu
     if scope not in ApiKey.Scope.values:
         raise TeamRuleError("Unknown key scope.")
     with transaction.atomic():
-        key, raw = ApiKey.issue(project, name=name[:100], created_by=actor, scope=scope)
+        user, _ = audit.actor_fields(actor)  # a person, or None for a command or another key
+        key, raw = ApiKey.issue(project, name=name[:100], created_by=user, scope=scope)
         audit.record(
             project.team,
             actor,

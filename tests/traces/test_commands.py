@@ -107,6 +107,26 @@ def test_it_adds_members(db: None) -> None:
     assert Membership.objects.get(user=dana).role == "viewer"
 
 
+def test_key_and_member_commands_write_the_audit_log(db: None) -> None:
+    from traces.models import AuditLog
+
+    key = (
+        run("create_api_key", "--project", "demo", "--team", "Demo", "--scope", "ingest")
+        .strip()
+        .splitlines()[-1]
+    )
+    assert ApiKey.objects.get(key_hash=ApiKey.hash_key(key)).scope == "ingest"
+    run("add_member", "dana", "--team", "Demo", "--role", "admin")
+    run("add_member", "dana", "--team", "Demo", "--role", "viewer")
+    rows = list(AuditLog.objects.order_by("id").values_list("event_type", "actor_label", "target", "extra"))
+    assert [r[:2] for r in rows] == [
+        ("key_created", "manage.py create_api_key"),
+        ("member_joined", "manage.py add_member"),
+        ("member_role_changed", "manage.py add_member"),
+    ]
+    assert rows[2][2:] == ("dana", {"old": "admin", "new": "viewer"})
+
+
 def test_it_rebuilds_projections_to_identical_rows(project: Project) -> None:
     run("import_traces", str(SAMPLES), "--project", "alpha-app")
     before = projection_snapshot(project)

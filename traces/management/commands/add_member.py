@@ -6,8 +6,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
 
+from traces import audit
 from traces.models import Membership, Team
+
+ACTOR = "manage.py add_member"
 
 
 class Command(BaseCommand):
@@ -31,6 +35,21 @@ class Command(BaseCommand):
             user.set_unusable_password()
             user.save()
         team_obj, _ = Team.objects.get_or_create(name=team)
-        membership, _ = Membership.objects.update_or_create(team=team_obj, user=user, defaults={"role": role})
+        with transaction.atomic():
+            existing = Membership.objects.filter(team=team_obj, user=user).first()
+            membership, _ = Membership.objects.update_or_create(
+                team=team_obj, user=user, defaults={"role": role}
+            )
+            # Audited like the same change made on the members page.
+            if existing is None:
+                audit.record(team_obj, ACTOR, audit.MEMBER_JOINED, username, {"role": role})
+            elif existing.role != role:
+                audit.record(
+                    team_obj,
+                    ACTOR,
+                    audit.MEMBER_ROLE_CHANGED,
+                    username,
+                    {audit.OLD: existing.role, audit.NEW: role},
+                )
         verb = "Created user" if created else "User"
         self.stdout.write(f"{verb} {username} is {membership.role} of team {team_obj.name}.")

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from traces.management.commands._common import find_project
 from traces.models import ApiKey
+from traces.teams import do_create_api_key
 
 
 class Command(BaseCommand):
@@ -20,10 +21,19 @@ class Command(BaseCommand):
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--team", help="team name (default: the project slug)")
         parser.add_argument("--name", default="", help="a label for the key")
+        parser.add_argument(
+            "--scope",
+            default=ApiKey.Scope.READ_INGEST,
+            choices=ApiKey.Scope.values,
+            help="ingest: send traces only; read_ingest (default): also read the project's runs",
+        )
 
-    def handle(self, *args: Any, project: str, team: str | None, name: str, **options: Any) -> None:
+    def handle(
+        self, *args: Any, project: str, team: str | None, name: str, scope: str, **options: Any
+    ) -> None:
         proj = find_project(project, team, create=True)
-        key, raw = ApiKey.issue(proj, name=name)
+        # Through the same action as the settings page, so the key's creation is in the audit log.
+        key, raw = do_create_api_key(proj, "manage.py create_api_key", name, scope)
         self.stdout.write(
             f"Created API key {key.prefix}… ({name or 'unnamed'}) for {proj}. It is shown only once:"
         )
