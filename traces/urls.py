@@ -11,6 +11,7 @@ from django.urls import path
 from traces import (
     converters,  # noqa: F401  (registers the `run_id` converter)
     views,
+    views_collab,
 )
 
 app_name = "traces"
@@ -30,4 +31,26 @@ urlpatterns = [
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<int:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", views.uploads, name="uploads"),
+    # Share links and review notes (traces/views_collab.py).
+    path(
+        "projects/<int:project_id>/runs/<run_id:run_id>/share-links",
+        views_collab.share_link_create,
+        name="share_link_create",
+    ),
+    path(
+        "projects/<int:project_id>/runs/<run_id:run_id>/share-links/<int:link_id>/revoke",
+        views_collab.share_link_revoke,
+        name="share_link_revoke",
+    ),
+    path(
+        "projects/<int:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"
+    ),
+    path("notes", views_collab.notes_page, name="notes"),
+    path("notes/<int:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
+    # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
+    path("s/<str:token>", views_collab.shared_run, name="shared_run"),
+    path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),
+    path("s/<str:token>/fidelity", views_collab.shared_run_fidelity, name="shared_run_fidelity"),
+    path("s/<str:token>/turns/<int:number>", views_collab.shared_turn, name="shared_turn"),
+    path("s/<str:token>/turns/<int:number>/live", views_collab.shared_turn_live, name="shared_turn_live"),
 ]

@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from traces import queries
+from traces import notes, queries, sharing
 from traces.models import (
     ContextDecision,
     Membership,
@@ -25,9 +25,9 @@ from traces.models import (
     Run,
     Step,
     Turn,
+    membership_of,
     unpack_message_decisions,
 )
-from traces.team_views import current_team_id
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -84,11 +84,11 @@ def _agent_for(request: HttpRequest, run: Run) -> str:
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
     filters = queries.RunFilters.from_query(request.GET)
-    # The header's team switcher: the current team's runs, or every team's ("All teams").
-    scope = queries.runs_for_user(request.user)
-    if (team_id := current_team_id(request)) is not None:
-        scope = scope.filter(project__team_id=team_id)
-    qs = filters.apply(scope).select_related("project__team").order_by("-started_at", "-id")
+    qs = (
+        filters.apply(queries.runs_for_user(request.user))
+        .select_related("project__team")
+        .order_by("-started_at", "-id")
+    )
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -103,7 +103,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     if request.GET.get("fragment") == "list":
         return render(request, "traces/_runs_table.html", ctx)
     ctx["choices"] = queries.filter_choices(request.user)
-    ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
+    ctx["has_any_run"] = page.paginator.count > 0 or queries.runs_for_user(request.user).exists()
     return render(request, "traces/runs.html", ctx)
 
 
@@ -118,28 +118,45 @@ def _timeline_ctx(request: HttpRequest, run: Run, agent: str, last_page: bool = 
     return {"run": run, "agent": agent, "turns": list(page.object_list), "turn_page": page}
 
 
-@login_required
-@require_GET
-def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    run = _get_run_for_user(request, project_id, run_id)
-    agent = _agent_for(request, run)
+def _map_start(request: HttpRequest) -> int | None:
+    try:
+        return int(request.GET["from"]) - 1
+    except (KeyError, ValueError):
+        return None
+
+
+def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
+    """The run overview's context (the team's page and a shared page alike, traces.sharing)."""
     ctx = _timeline_ctx(request, run, agent)
     last_turn = ctx["turn_page"].paginator.count
-    try:
-        start = int(request.GET["from"]) - 1
-    except (KeyError, ValueError):
-        start = None
     primitives = list(
         PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[: PRIMITIVES_SHOWN + 1]
     )
     ctx.update(
         {
-            "fmap": queries.fidelity_map(run, agent, start=start),
+            "fmap": queries.fidelity_map(run, agent, start=_map_start(request)),
             "pins": queries.pin_chart(run, agent, last_turn),
             "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
             "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
+            **notes.run_notes_ctx(run),
         }
     )
+    return ctx
+
+
+def fidelity_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
+    return {"run": run, "agent": agent, "fmap": queries.fidelity_map(run, agent, start=_map_start(request))}
+
+
+@login_required
+@require_GET
+def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    run = _get_run_for_user(request, project_id, run_id)
+    agent = _agent_for(request, run)
+    ctx = run_ctx(request, run, agent)
+    membership = membership_of(request.user, run.project.team_id)
+    ctx.update(notes.note_perm_ctx(membership))
+    ctx.update(sharing.share_panel_ctx(request, run, membership))
     return render(request, "traces/run.html", ctx)
 
 
@@ -158,12 +175,7 @@ def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
     """The fidelity map for another window of steps (the range control fetches this)."""
     run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
-    try:
-        start = int(request.GET["from"]) - 1
-    except (KeyError, ValueError):
-        start = None
-    ctx = {"run": run, "agent": agent, "fmap": queries.fidelity_map(run, agent, start=start)}
-    return render(request, "traces/_fidelity_map.html", ctx)
+    return render(request, "traces/_fidelity_map.html", fidelity_ctx(request, run, agent))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -223,6 +235,9 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
         "loose_primitives": loose,
         "prev_turn": number - 1 if number - 1 in neighbours else None,
         "next_turn": number + 1 if number + 1 in neighbours else None,
+        # Review notes: on the turn, and on each step (put on its step view); who may write them.
+        **notes.turn_notes_ctx(run, agent, number, step_views),
+        **notes.note_perm_ctx(membership_of(request.user, run.project.team_id)),
     }
 
 

@@ -72,9 +72,17 @@ def short_id(value: Any) -> str:
     return f"{text[:8]}…{text[-4:]}" if len(text) > 16 else text
 
 
+def _hidden_size(value: Any) -> int | None:
+    """The original size of content a shared page hides (`traces.sharing.Hidden`), else None."""
+    size = getattr(value, "size", None) if isinstance(value, str) else None
+    return size if isinstance(size, int) else None
+
+
 @register.filter
 def pretty_json(value: Any) -> str:
     """Indented JSON text (escaped by the template like any other string)."""
+    if _hidden_size(value) is not None:  # "[hidden: N chars]" as it is, not as a JSON string
+        return str(value)
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
     except (TypeError, ValueError):
@@ -113,7 +121,8 @@ def is_long(value: Any, limit: int = 600) -> bool:
 
 @register.filter
 def char_count(value: Any) -> int:
-    return len(content_text(value))
+    hidden = _hidden_size(value)
+    return hidden if hidden is not None else len(content_text(value))
 
 
 @register.filter
