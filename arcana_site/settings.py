@@ -249,7 +249,6 @@ LOGGING = {
 
 
 # The conversation sweeper (issue 12): conversations whose worker vanished are queued again.
-CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE") or {}
 CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
     "task": "traces.tasks.sweep_conversations",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),

@@ -6,7 +6,7 @@ imported at the bottom of `traces/models.py`, so `from traces.models import Conv
 A conversation names its run by `(project, run_id)` (DESIGN.md §9). The run row itself is a projection
 that `traces.ingest` creates from the conversation's events; `Conversation.run` looks it up, and
 `Run.conversation` goes the other way. The service functions that create and drive conversations are
-in `traces/conversations.py` (its docstring is the interface); the worker task is
+in `traces/conversations/` (its `__init__` docstring is the interface); the worker task is
 `traces.tasks.run_conversation`.
 """
 
