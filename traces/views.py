@@ -28,6 +28,7 @@ from traces.models import (
     membership_of,
     unpack_message_decisions,
 )
+from traces.team_views import current_team_id
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -84,11 +85,11 @@ def _agent_for(request: HttpRequest, run: Run) -> str:
 @require_GET
 def runs(request: HttpRequest) -> HttpResponse:
     filters = queries.RunFilters.from_query(request.GET)
-    qs = (
-        filters.apply(queries.runs_for_user(request.user))
-        .select_related("project__team")
-        .order_by("-started_at", "-id")
-    )
+    # The header's team switcher: the current team's runs, or every team's ("All teams").
+    scope = queries.runs_for_user(request.user)
+    if (team_id := current_team_id(request)) is not None:
+        scope = scope.filter(project__team_id=team_id)
+    qs = filters.apply(scope).select_related("project__team").order_by("-started_at", "-id")
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -103,7 +104,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     if request.GET.get("fragment") == "list":
         return render(request, "traces/_runs_table.html", ctx)
     ctx["choices"] = queries.filter_choices(request.user)
-    ctx["has_any_run"] = page.paginator.count > 0 or queries.runs_for_user(request.user).exists()
+    ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
     return render(request, "traces/runs.html", ctx)
 
 
