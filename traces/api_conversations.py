@@ -73,7 +73,8 @@ class ConversationCreatedSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     run_id = serializers.CharField()
     status = serializers.CharField()
-    url = serializers.CharField(help_text="the run page")
+    url = serializers.CharField(help_text="the conversation's page (exists at once)")
+    run_url = serializers.CharField(help_text="the run page (answers once the first event is stored)")
 
 
 class ConversationSerializer(serializers.Serializer):
@@ -83,6 +84,7 @@ class ConversationSerializer(serializers.Serializer):
     project = serializers.IntegerField()
     run_id = serializers.CharField()
     url = serializers.CharField()
+    run_url = serializers.CharField()
     mode = serializers.ChoiceField(choices=Conversation.Mode.choices)
     status = serializers.ChoiceField(choices=Conversation.Status.choices)
     reason = serializers.CharField()
@@ -204,7 +206,13 @@ class ConversationListView(BaseView):
             return error_response(400, "invalid input", exc.detail)
         except service.ConversationLimitError as exc:
             return error_response(429, str(exc))
-        body = {"id": conv.pk, "run_id": conv.run_id, "status": conv.status, "url": conv.get_absolute_url()}
+        body = {
+            "id": conv.pk,
+            "run_id": conv.run_id,
+            "status": conv.status,
+            "url": conv.page_url(),
+            "run_url": conv.get_absolute_url(),
+        }
         return Response(body, status=201)
 
 

@@ -99,6 +99,15 @@ class Conversation(models.Model):
 
         return run_page_url(self.project_id, self.run_id)
 
+    def page_url(self) -> str:
+        """The conversation's own page (lifecycle, transcript, playground input): it exists from the
+        moment the row does, unlike the run page, which needs the first event."""
+        from django.urls import reverse
+
+        return reverse(
+            "traces:conversation", kwargs={"project_id": self.project_id, "conversation_id": self.pk}
+        )
+
     # -- reading ---------------------------------------------------------------------------------
     @property
     def run(self) -> Run | None:
@@ -152,7 +161,8 @@ class Conversation(models.Model):
             "id": self.pk,
             "project": self.project_id,
             "run_id": self.run_id,
-            "url": self.get_absolute_url(),
+            "url": self.page_url(),
+            "run_url": self.get_absolute_url(),
             "mode": self.mode,
             "status": self.status,
             "reason": self.reason,

@@ -58,8 +58,14 @@ def test_it_starts_a_script_and_answers_its_address(alice_client: Client, projec
     assert r.status_code == 201
     body = r.json()
     conv = Conversation.objects.get(pk=body["id"])
-    assert body == {"id": conv.pk, "run_id": conv.run_id, "status": "queued", "url": conv.get_absolute_url()}
-    assert str(project.pk) in body["url"] and conv.run_id in body["url"]
+    assert body == {
+        "id": conv.pk,
+        "run_id": conv.run_id,
+        "status": "queued",
+        "url": f"/projects/{project.pk}/conversations/{conv.pk}",
+        "run_url": f"/projects/{project.pk}/runs/{conv.run_id}",
+    }
+    assert alice_client.get(body["url"]).status_code == 200
     assert conv.mode == "script" and conv.provider == "scripted"
     assert conv.script == [{"agent": None, "content": "hi"}, {"agent": None, "content": "there"}]
     # The scenario's defaults fill what the request left out.
