@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--pages", type=int, default=3)
     ap.add_argument("--port", type=int, default=18071)
+    ap.add_argument("--turns", type=int, default=100, help="turns the live run has before the bench starts")
     args = ap.parse_args()
     if not Path(CHROMIUM).exists():
         sys.exit(f"needs {CHROMIUM} (apt-get install chromium)")
@@ -147,7 +148,22 @@ def main() -> None:
         )
         ingest_events(project, events, source="api")
 
-    add_turn(RUN_ID, 1)
+    ingest_events(
+        project,
+        [
+            ev
+            for n in range(1, args.turns + 1)
+            for ev in our_step(
+                RUN_ID,
+                n,
+                1,
+                decisions=[decision(i, "user") for i in range(min(n, 30))],
+                finish="tool_calls",
+                when=datetime.now(UTC),
+            )
+        ],
+        source="api",
+    )
     run = Run.objects.get(project=project, run_id=RUN_ID)
     path = run.get_absolute_url() if hasattr(run, "get_absolute_url") else f"/runs/{RUN_ID}"
     connection.close()
@@ -202,15 +218,18 @@ def _bench(args: Any, base: str, path: str, server_pid: int, add_turn: Any, proj
         page = open_page()
         page.add_init_script(OBSERVER)
         page.goto(base + path)
-        page.wait_for_function("window.__seen && window.__seen['1'] > 0")
+        page.wait_for_function(f"window.__seen && window.__seen['{args.turns}'] > 0")
         lat: list[float] = []
-        for n in range(2, args.steps + 2):
+        first = args.turns + 1
+        for n in range(first, first + args.steps):
             time.sleep(random.uniform(0.2, 1.2))
             add_turn(RUN_ID, n)
             committed = time.time() * 1000
             page.wait_for_function(f"window.__seen['{n}'] > 0", timeout=30_000)
             lat.append(page.evaluate(f"window.__seen['{n}']") - committed)
-        print(f"commit-to-paint over {len(lat)} steps (run page, new turn's link in the DOM):")
+        print(
+            f"commit-to-paint over {len(lat)} steps (run page of a {args.turns}-turn run, new turn's link in the DOM):"
+        )
         print(
             f"  p50 {_pct(lat, 0.5):.0f} ms   p95 {_pct(lat, 0.95):.0f} ms   max {max(lat):.0f} ms   "
             f"min {min(lat):.0f} ms"
@@ -218,7 +237,7 @@ def _bench(args: Any, base: str, path: str, server_pid: int, add_turn: Any, proj
         page.context.close()
 
         # 2. Idle pages: a live run that gets nothing new.
-        add_turn(RUN_ID, args.steps + 2)
+        add_turn(RUN_ID, first + args.steps)
         idle = args.idle_seconds
         cpu0 = _cpu_seconds(server_pid)
         time.sleep(min(idle, 20.0))

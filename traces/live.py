@@ -39,7 +39,8 @@ def conversation_token(run: Run) -> tuple[Any, ...] | None:
     """What a run page shows of the conversation our workers run as `run` (its lifecycle panel),
     None for runs that came from elsewhere. `Conversation.updated_at` moves with every change of
     its status, cursor or transcript."""
-    conv = run.conversation
+    # Only our runtime's runs have a conversation: no query for imported ones.
+    conv = run.conversation if run.source == Run.Source.RUNTIME else None
     if conv is None:
         return None
     return (conv.pk, conv.status, conv.updated_at.isoformat(), conv.cursor, conv.cancel_requested)

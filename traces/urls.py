@@ -12,6 +12,7 @@ from traces import (
     converters,  # noqa: F401  (registers the `run_id` converter)
     views,
     views_collab,
+    views_conversations,
 )
 
 app_name = "traces"
@@ -31,6 +32,28 @@ urlpatterns = [
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<int:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", views.uploads, name="uploads"),
+    # Conversations our workers run (traces/views_conversations.py): the new-run form, the playground.
+    path("conversations/new", views_conversations.new, name="conversation_new"),
+    path(
+        "projects/<int:project_id>/conversations/<int:conversation_id>",
+        views_conversations.conversation,
+        name="conversation",
+    ),
+    path(
+        "projects/<int:project_id>/conversations/<int:conversation_id>/live",
+        views_conversations.conversation_live,
+        name="conversation_live",
+    ),
+    path(
+        "projects/<int:project_id>/conversations/<int:conversation_id>/messages",
+        views_conversations.conversation_message,
+        name="conversation_message",
+    ),
+    path(
+        "projects/<int:project_id>/conversations/<int:conversation_id>/cancel",
+        views_conversations.conversation_cancel,
+        name="conversation_cancel",
+    ),
     # Share links and review notes (traces/views_collab.py).
     path(
         "projects/<int:project_id>/runs/<run_id:run_id>/share-links",

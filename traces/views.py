@@ -15,8 +15,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from traces import notes, queries, sharing
+from traces import live, notes, queries, sharing
 from traces.models import (
+    Action,
     ContextDecision,
     Membership,
     Pin,
@@ -26,6 +27,7 @@ from traces.models import (
     Step,
     Turn,
     membership_of,
+    projects_for_user,
     unpack_message_decisions,
 )
 from traces.team_views import current_team_id
@@ -89,7 +91,11 @@ def runs(request: HttpRequest) -> HttpResponse:
     scope = queries.runs_for_user(request.user)
     if (team_id := current_team_id(request)) is not None:
         scope = scope.filter(project__team_id=team_id)
-    qs = filters.apply(scope).select_related("project__team").order_by("-started_at", "-id")
+    qs = (
+        filters.apply(scope)
+        .select_related("project__team")
+        .order_by("-started_at", "-id")
+    )
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -101,10 +107,17 @@ def runs(request: HttpRequest) -> HttpResponse:
         "query": query.urlencode(),
         "any_live": any(r.is_live for r in page.object_list),
     }
+    # The list's version: what its rows show of each run, and how many runs match (traces/live.py).
+    ctx["live_etag"] = tag = live.etag(
+        "runs", ctx["query"], [live.run_token(r) for r in ctx["runs"]], page.paginator.count
+    )
     if request.GET.get("fragment") == "list":
-        return render(request, "traces/_runs_table.html", ctx)
+        return live.not_modified(request, tag) or live.tagged(
+            render(request, "traces/_runs_table.html", ctx), tag
+        )
     ctx["choices"] = queries.filter_choices(request.user)
     ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
+    ctx["can_start_runs"] = projects_for_user(request.user, Action.CONVERSE).exists()
     return render(request, "traces/runs.html", ctx)
 
 
@@ -158,6 +171,8 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     membership = membership_of(request.user, run.project.team_id)
     ctx.update(notes.note_perm_ctx(membership))
     ctx.update(sharing.share_panel_ctx(request, run, membership))
+    if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
+        ctx["live_etag"] = live.run_tag(run, "run", agent)
     return render(request, "traces/run.html", ctx)
 
 
@@ -167,7 +182,11 @@ def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse
     """The header stats and the timeline's last page, for pages polling a live run."""
     run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
-    return render(request, "traces/_run_live.html", _timeline_ctx(request, run, agent, last_page=True))
+    tag = live.run_tag(run, "run", agent)
+    if unchanged := live.not_modified(request, tag):
+        return unchanged
+    ctx = _timeline_ctx(request, run, agent, last_page=True)
+    return live.tagged(render(request, "traces/_run_live.html", ctx), tag)
 
 
 @login_required
@@ -260,7 +279,9 @@ def _snapshot(snapshot: Any) -> dict[str, Any] | None:
 def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> HttpResponse:
     run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
-    return render(request, "traces/turn.html", _turn_ctx(request, run, agent, number))
+    ctx = _turn_ctx(request, run, agent, number)
+    ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
+    return render(request, "traces/turn.html", ctx)
 
 
 @login_required
@@ -269,7 +290,12 @@ def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -
     """The steps of a turn, for a turn page polling a live run."""
     run = _get_run_for_user(request, project_id, run_id)
     agent = _agent_for(request, run)
-    return render(request, "traces/_turn_steps.html", _turn_ctx(request, run, agent, number))
+    tag = live.run_tag(run, "turn", agent, number)
+    if unchanged := live.not_modified(request, tag):
+        return unchanged
+    return live.tagged(
+        render(request, "traces/_turn_steps.html", _turn_ctx(request, run, agent, number)), tag
+    )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -37,8 +37,23 @@
     if (cancelForm) cancelForm.hidden = finished;
   }
 
+  function chat() {
+    return document.querySelector("#conv-transcript .chat");
+  }
+
+  function atBottom(list) {
+    return !list || list.scrollHeight - list.scrollTop - list.clientHeight < 40;
+  }
+
+  function toBottom() {
+    var list = chat();
+    if (list) list.scrollTop = list.scrollHeight;
+  }
+
   function render(root) {
     if (!root) return;
+    // Follow the conversation unless the reader scrolled up to read something earlier.
+    var follow = atBottom(chat());
     ["data-live", "data-status", "data-accepts", "data-finished"].forEach(function (name) {
       holder.setAttribute(name, root.getAttribute(name) || "");
     });
@@ -46,6 +61,7 @@
       var target = document.getElementById(part.getAttribute("data-part"));
       if (target) target.replaceChildren.apply(target, Array.prototype.slice.call(part.childNodes));
     });
+    if (follow) toBottom();
     syncControls();
   }
 
@@ -94,6 +110,7 @@
             sending = false;
             if (resp.status === 202 || resp.status === 200) {
               content.value = "";
+              toBottom();
               holder.setAttribute("data-accepts", "false");
               note.textContent = "Sent: a worker is on it.";
             } else {
@@ -125,5 +142,6 @@
   }
 
   syncControls();
+  toBottom();
   if (holder.getAttribute("data-live") === "true") poll();
 })();

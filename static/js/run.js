@@ -111,7 +111,6 @@
   var live = document.querySelector("[data-live-url]");
   if (live && window.ArcanaPoll) {
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {
-      interval: 3000,
       onFinish: function (root) {
         var badge = document.getElementById("live-badge");
         var label = (root && root.getAttribute("data-status-label")) || "Finished";

@@ -17,6 +17,6 @@
 
   var live = document.querySelector("[data-live-url]");
   if (live && window.ArcanaPoll) {
-    window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), { interval: 3000 });
+    window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {});
   }
 })();
