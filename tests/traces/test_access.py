@@ -1,0 +1,576 @@
+"""Who may open what: one table over EVERY URL pattern of the site, for seven people.
+
+The actors: `anon` (not logged in), `share` (not logged in, holding a share link of the run), `outsider`
+(logged in, another team), and the team's `viewer`, `member`, `admin` and `owner`. Each row of `TABLE`
+names a URL pattern (its route, as `get_resolver()` spells it), how to call it and the status each
+actor gets. The rules the table encodes (DESIGN.md §8):
+
+* an outsider gets 404 for anything of a team they are not in, never a 403 that confirms it exists;
+* a team member whose role does not allow the action gets 403 (they know the object exists);
+* anonymous callers are sent to the login page (pages, 302) or refused (API, 401/403);
+* a share link opens its run's overview and turn pages for anyone, and nothing else.
+
+`test_every_url_pattern_is_in_the_table` walks the resolver recursively: a new URL without a row
+fails it, and so does a row whose pattern no longer exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
+from traces import sharing, teams
+from traces.ingest import ingest_events
+from traces.models import ApiKey, Invite, Membership, Note, Project, Run, Team, Upload
+from traces.models_conversation import Conversation
+
+ACTORS = ("anon", "share", "outsider", "viewer", "member", "admin", "owner")
+Role = Membership.Role
+
+
+@dataclass
+class World:
+    team: Team
+    project: Project
+    run: Run
+    users: dict[str, Any]
+    clients: dict[str, Client]
+    share_token: str
+    note: Note
+    upload: Upload
+    conversation: Conversation
+    counter: Iterator[int] = field(default_factory=itertools.count)
+
+    def fresh_member(self) -> Membership:
+        """A throwaway viewer, so a removal or role change by one actor leaves the cast intact."""
+        from django.contrib.auth import get_user_model
+
+        user = get_user_model().objects.create_user(username=f"tmp{next(self.counter)}", password="password")
+        return Membership.objects.create(team=self.team, user=user, role=Role.VIEWER)
+
+    def fresh_run(self) -> Run:
+        run_id = f"access-{uuid.uuid4()}"
+        ingest_events(self.project, [envelope(run_id, "turn", {"turn": 1, "step": 1})], source="api")
+        return Run.objects.get(project=self.project, run_id=run_id)
+
+    def fresh_project(self) -> Project:
+        return Project.objects.create(team=self.team, slug=f"tmp-{next(self.counter)}", name="tmp")
+
+    def fresh_key(self) -> ApiKey:
+        return ApiKey.issue(self.project, name="tmp", created_by=self.users["owner"])[0]
+
+    def fresh_invite(self) -> Invite:
+        return teams.do_create_invite(self.team, self.users["owner"], Role.MEMBER)[0]
+
+    def fresh_link(self) -> int:
+        return sharing.do_create_share_link(self.run, self.users["owner"])[0].pk
+
+    def fresh_conversation(self) -> int:
+        """A playground waiting for its next message (a message or a cancel moves it on)."""
+        return Conversation.objects.create(
+            project=self.project,
+            run_id=str(uuid.uuid4()),
+            mode="playground",
+            provider="scripted",
+            model="scripted-1",
+            status=Conversation.Status.WAITING_FOR_USER,
+        ).pk
+
+    def fresh_invite_token(self) -> str:
+        return teams.do_create_invite(self.team, self.users["owner"], Role.MEMBER)[1]
+
+
+def _user(django_user_model: Any, name: str) -> Any:
+    return django_user_model.objects.create_user(username=name, password="password")
+
+
+@pytest.fixture
+def world(db: None, django_user_model: Any) -> World:
+    team = Team.objects.create(name="Alpha")
+    users = {}
+    for actor, role in (
+        ("owner", Role.OWNER),
+        ("admin", Role.ADMIN),
+        ("member", Role.MEMBER),
+        ("viewer", Role.VIEWER),
+    ):
+        users[actor] = _user(django_user_model, actor)
+        Membership.objects.create(team=team, user=users[actor], role=role)
+    users["outsider"] = _user(django_user_model, "outsider")
+    other = Team.objects.create(name="Other")
+    Membership.objects.create(team=other, user=users["outsider"], role=Role.OWNER)
+    Project.objects.create(team=other, slug="other-app", name="other")
+    project = Project.objects.create(team=team, slug="alpha-app", name="Alpha app")
+    ingest_file(project, OURS / f"{OUR_RUN}.jsonl")
+    run = Run.objects.get(project=project, run_id=OUR_RUN)
+    _, token = sharing.do_create_share_link(run, users["owner"])
+    note = Note.objects.create(run=run, label="bug", body="budget dropped here", author=users["member"])
+    upload = Upload.objects.create(project=project, original_name="a.jsonl", created_by=users["member"])
+    conversation = Conversation.objects.create(
+        project=project,
+        run_id=str(uuid.uuid4()),
+        mode="playground",
+        provider="scripted",
+        model="scripted-1",
+        status=Conversation.Status.WAITING_FOR_USER,
+    )
+    clients = {"anon": Client(), "share": Client()}
+    clients["share"].get(sharing.share_url(token))  # the holder has opened the link
+    for actor in ("outsider", "viewer", "member", "admin", "owner"):
+        clients[actor] = Client()
+        clients[actor].force_login(users[actor])
+    return World(team, project, run, users, clients, token, note, upload, conversation)
+
+
+# --------------------------------------------------------------------------------------------------
+# The table
+
+
+@dataclass
+class Case:
+    method: str
+    kwargs: Callable[[World], dict[str, Any]]
+    expect: dict[str, int]
+    data: Callable[[World], Any] | None = None
+    json: bool = False  # send `data` as a JSON body (the API); else as a form
+    note: str = ""
+
+
+def E(
+    anon: int, outsider: int, viewer: int, member: int, admin: int, owner: int, share: int | None = None
+) -> dict[str, int]:  # noqa: E501
+    """Expected statuses; the share-link holder is anonymous outside the share pages."""
+    return {
+        "anon": anon, "share": anon if share is None else share, "outsider": outsider, "viewer": viewer,
+        "member": member, "admin": admin, "owner": owner,
+    }  # fmt: skip
+
+
+def team_kw(w: World) -> dict[str, Any]:
+    return {"team_id": w.team.pk}
+
+
+def project_kw(w: World) -> dict[str, Any]:
+    return {"team_id": w.team.pk, "project_id": w.project.pk}
+
+
+def run_kw(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk, "run_id": w.run.run_id}
+
+
+def turn_kw(w: World) -> dict[str, Any]:
+    return {**run_kw(w), "number": 1}
+
+
+def share_kw(w: World) -> dict[str, Any]:
+    return {"token": w.share_token}
+
+
+def conv_kw(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk, "conversation_id": w.conversation.pk}
+
+
+def fresh_conv_kw(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk, "conversation_id": w.fresh_conversation()}
+
+
+def none(w: World) -> dict[str, Any]:
+    return {}
+
+
+PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
+API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
+SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
+OWN_SCOPE_PAGE = E(anon=302, outsider=200, viewer=200, member=200, admin=200, owner=200)
+
+TABLE: dict[str, list[Case]] = {
+    # Site
+    "healthz": [Case("GET", none, E(200, 200, 200, 200, 200, 200))],
+    "accounts/login/": [
+        Case("GET", none, E(200, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(200, 200, 200, 200, 200, 200),
+            data=lambda w: {"username": "x", "password": "y"},
+            note="a wrong password: the form again",
+        ),
+    ],  # fmt: skip
+    "accounts/logout/": [Case("POST", none, E(302, 302, 302, 302, 302, 302))],
+    "admin/": [Case("GET", none, E(302, 302, 302, 302, 302, 302), note="staff only; nobody here is staff")],
+    # Runs, turns and their fragments
+    "": [Case("GET", none, OWN_SCOPE_PAGE)],
+    "projects/<int:project_id>/runs/<run_id:run_id>": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<int:project_id>/runs/<run_id:run_id>/live": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<int:project_id>/runs/<run_id:run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>": [Case("GET", turn_kw, PAGE_READ)],
+    "projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>/live": [
+        Case("GET", turn_kw, PAGE_READ)
+    ],
+    "runs/<run_id:run_id>": [
+        Case(
+            "GET",
+            lambda w: {"run_id": w.run.run_id},
+            E(302, 404, 302, 302, 302, 302),
+            note="redirects members",
+        )
+    ],
+    "runs/<run_id:run_id>/turns/<int:number>": [
+        Case("GET", lambda w: {"run_id": w.run.run_id, "number": 1}, E(302, 404, 302, 302, 302, 302))
+    ],
+    "projects/<int:project_id>/runs/<run_id:run_id>/delete": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "run_id": w.fresh_run().run_id},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"confirm": "yes"},
+        ),
+    ],  # fmt: skip
+    "uploads": [Case("GET", none, OWN_SCOPE_PAGE)],
+    # Teams
+    "teams": [
+        Case("GET", none, OWN_SCOPE_PAGE),
+        Case("POST", none, E(302, 302, 302, 302, 302, 302), data=lambda w: {"name": f"new {uuid.uuid4()}"}),
+    ],
+    "teams/switch": [
+        Case("POST", none, E(302, 404, 302, 302, 302, 302), data=lambda w: {"team": str(w.team.pk)}),
+    ],
+    "teams/<int:team_id>/members": [Case("GET", team_kw, PAGE_READ)],
+    "teams/<int:team_id>/members/<int:membership_id>/role": [
+        Case(
+            "POST",
+            lambda w: {"team_id": w.team.pk, "membership_id": w.fresh_member().pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"role": "member"},
+        ),
+    ],  # fmt: skip
+    "teams/<int:team_id>/members/<int:membership_id>/remove": [
+        Case(
+            "POST",
+            lambda w: {"team_id": w.team.pk, "membership_id": w.fresh_member().pk},
+            E(302, 404, 403, 403, 302, 302),
+        ),
+    ],  # fmt: skip
+    "teams/<int:team_id>/invites": [
+        Case("POST", team_kw, E(302, 404, 403, 403, 302, 302), data=lambda w: {"role": "viewer"}),
+    ],
+    "teams/<int:team_id>/invites/<int:invite_id>/revoke": [
+        Case(
+            "POST",
+            lambda w: {"team_id": w.team.pk, "invite_id": w.fresh_invite().pk},
+            E(302, 404, 403, 403, 302, 302),
+        ),
+    ],  # fmt: skip
+    "teams/<int:team_id>/projects": [
+        Case("GET", team_kw, PAGE_READ),
+        Case(
+            "POST", team_kw, E(302, 404, 403, 403, 302, 302), data=lambda w: {"slug": f"p-{next(w.counter)}"}
+        ),
+    ],
+    "teams/<int:team_id>/projects/<int:project_id>": [
+        Case("GET", project_kw, E(302, 404, 403, 403, 200, 200)),
+        Case(
+            "POST",
+            project_kw,
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"slug": "alpha-app", "name": "Alpha app", "retention_days": ""},
+        ),
+    ],  # fmt: skip
+    "teams/<int:team_id>/projects/<int:project_id>/delete": [
+        Case(
+            "POST",
+            lambda w: {"team_id": w.team.pk, "project_id": (p := w.fresh_project()).pk, "_slug": p.slug},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"confirm": w.__dict__.get("_slug", "")},
+        ),
+    ],  # fmt: skip
+    "teams/<int:team_id>/projects/<int:project_id>/keys": [
+        Case(
+            "POST",
+            project_kw,
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"name": "k", "scope": "ingest"},
+        ),
+    ],
+    "teams/<int:team_id>/projects/<int:project_id>/keys/<int:key_id>/revoke": [
+        Case(
+            "POST", lambda w: {**project_kw(w), "key_id": w.fresh_key().pk}, E(302, 404, 403, 403, 302, 302)
+        ),
+    ],
+    "teams/<int:team_id>/audit": [Case("GET", team_kw, E(302, 404, 403, 403, 200, 200))],
+    "teams/<int:team_id>/delete": [
+        Case(
+            "POST",
+            team_kw,
+            E(302, 404, 403, 403, 403, 302),
+            data=lambda w: {"confirm": w.team.name},
+            note="owner last: it deletes the team",
+        ),
+    ],  # fmt: skip
+    "invite/<str:token>": [
+        Case("GET", lambda w: {"token": w.fresh_invite_token()}, E(200, 200, 200, 200, 200, 200)),
+        Case("GET", lambda w: {"token": "inv_not-a-real-token"}, E(404, 404, 404, 404, 404, 404)),
+        Case(
+            "POST",
+            lambda w: {"token": w.fresh_invite_token()},
+            E(400, 302, 302, 302, 302, 302),
+            data=lambda w: {"username": "", "password": ""},
+            note="anonymous: an empty sign-up form is refused; logged in: joins (members keep their role)",
+        ),
+    ],  # fmt: skip
+    # Conversations (issue 12)
+    "conversations/new": [Case("GET", none, E(302, 200, 403, 200, 200, 200), note="viewers cannot converse")],
+    "projects/<int:project_id>/conversations/<int:conversation_id>": [Case("GET", conv_kw, PAGE_READ)],
+    "projects/<int:project_id>/conversations/<int:conversation_id>/live": [Case("GET", conv_kw, PAGE_READ)],
+    "projects/<int:project_id>/conversations/<int:conversation_id>/messages": [
+        Case("POST", fresh_conv_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"content": "hello"}),
+    ],
+    "projects/<int:project_id>/conversations/<int:conversation_id>/cancel": [
+        Case("POST", fresh_conv_kw, E(302, 404, 403, 302, 302, 302)),
+    ],
+    # Share links and notes (pages)
+    "projects/<int:project_id>/runs/<run_id:run_id>/share-links": [
+        Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"hide_content": "on"}),
+    ],
+    "projects/<int:project_id>/runs/<run_id:run_id>/share-links/<int:link_id>/revoke": [
+        Case("POST", lambda w: {**run_kw(w), "link_id": w.fresh_link()}, E(302, 404, 403, 302, 302, 302)),
+    ],
+    "projects/<int:project_id>/runs/<run_id:run_id>/notes": [
+        Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"label": "bug", "body": "x"}),
+    ],
+    "notes": [Case("GET", none, OWN_SCOPE_PAGE)],
+    "notes/<int:note_id>/resolve": [
+        Case("POST", lambda w: {"note_id": w.note.pk}, E(302, 404, 403, 302, 302, 302)),
+    ],
+    "s/<str:token>": [
+        Case("GET", share_kw, SHARED),
+        Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),
+    ],
+    "s/<str:token>/live": [Case("GET", share_kw, SHARED)],
+    "s/<str:token>/fidelity": [Case("GET", share_kw, SHARED)],
+    "s/<str:token>/turns/<int:number>": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
+    "s/<str:token>/turns/<int:number>/live": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
+    # API
+    "api/v1/schema": [Case("GET", none, E(200, 200, 200, 200, 200, 200), note="documentation, no data")],
+    "api/v1/ingest": [
+        Case(
+            "POST",
+            none,
+            E(401, 401, 401, 401, 401, 401),
+            data=lambda w: {"events": []},
+            json=True,
+            note="API keys only",
+        ),
+    ],  # fmt: skip
+    "api/v1/uploads": [
+        Case(
+            "POST",
+            none,
+            E(401, 400, 400, 400, 400, 400),
+            data=lambda w: {},
+            json=True,
+            note="JSON is not an upload: 400 once authenticated",
+        ),
+    ],  # fmt: skip
+    "api/v1/uploads/<int:upload_id>": [Case("GET", lambda w: {"upload_id": w.upload.pk}, API_READ)],
+    "api/v1/runs": [Case("GET", none, E(401, 200, 200, 200, 200, 200))],
+    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>": [
+        Case("GET", run_kw, API_READ),
+        Case(
+            "DELETE",
+            lambda w: {"project_id": w.project.pk, "run_id": w.fresh_run().run_id},
+            E(401, 404, 403, 403, 204, 204),
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>": [
+        Case("GET", turn_kw, API_READ)
+    ],
+    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>/events": [Case("GET", run_kw, API_READ)],
+    "api/v1/runs/<run_id:run_id>": [
+        Case("GET", lambda w: {"run_id": w.run.run_id}, E(401, 404, 302, 302, 302, 302)),
+    ],
+    "api/v1/runs/<run_id:run_id>/turns/<int:number>": [
+        Case("GET", lambda w: {"run_id": w.run.run_id, "number": 1}, E(401, 404, 302, 302, 302, 302)),
+    ],
+    "api/v1/runs/<run_id:run_id>/events": [
+        Case("GET", lambda w: {"run_id": w.run.run_id}, E(401, 404, 302, 302, 302, 302)),
+    ],
+    "api/v1/conversations": [
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 201, 201, 201),
+            data=lambda w: {"project": w.project.pk},
+            json=True,
+            note="a playground with the default provider, enqueued on commit (never, in this test)",
+        ),
+    ],
+    "api/v1/conversations/providers": [Case("GET", none, E(401, 200, 200, 200, 200, 200))],
+    "api/v1/conversations/<int:conversation_id>": [
+        Case("GET", lambda w: {"conversation_id": w.conversation.pk}, API_READ),
+    ],
+    "api/v1/conversations/<int:conversation_id>/messages": [
+        Case(
+            "POST",
+            lambda w: {"conversation_id": w.fresh_conversation()},
+            E(401, 404, 403, 202, 202, 202),
+            data=lambda w: {"content": "hello"},
+            json=True,
+        ),
+    ],  # fmt: skip
+    "api/v1/conversations/<int:conversation_id>/cancel": [
+        Case(
+            "POST",
+            lambda w: {"conversation_id": w.fresh_conversation()},
+            E(401, 404, 403, 202, 202, 202),
+            data=lambda w: {},
+            json=True,
+        ),
+    ],  # fmt: skip
+    "api/v1/share-links": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 201, 201, 201),
+            data=lambda w: {"project": w.project.pk, "run_id": w.run.run_id},
+            json=True,
+        ),
+    ],  # fmt: skip
+    "api/v1/share-links/<int:link_id>": [
+        Case("DELETE", lambda w: {"link_id": w.fresh_link()}, E(401, 404, 403, 204, 204, 204)),
+    ],
+    "api/v1/notes": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 201, 201, 201),
+            data=lambda w: {"project": w.project.pk, "run_id": w.run.run_id, "label": "bug", "body": "x"},
+            json=True,
+        ),
+    ],  # fmt: skip
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# The walk
+
+
+def url_patterns() -> list[str]:
+    """Every route of the site, recursively; the admin site counts as one (`admin/`)."""
+    routes: list[str] = []
+
+    def walk(resolver: URLResolver, prefix: str) -> None:
+        for p in resolver.url_patterns:
+            route = prefix + str(p.pattern)
+            if isinstance(p, URLResolver):
+                if route == "admin/":
+                    routes.append(route)
+                else:
+                    walk(p, route)
+            else:
+                assert isinstance(p, URLPattern)
+                routes.append(route)
+
+    walk(get_resolver(), "")
+    return routes
+
+
+def _named(route: str) -> str:
+    """The reverse() name of `route` (the table is keyed by route, requests are built by name)."""
+
+    def walk(resolver: URLResolver, prefix: str, ns: str) -> str | None:
+        for p in resolver.url_patterns:
+            full = prefix + str(p.pattern)
+            if isinstance(p, URLResolver):
+                found = walk(p, full, f"{ns}{p.namespace}:" if p.namespace else ns)
+                if found:
+                    return found
+            elif full == route and p.name:
+                return ns + p.name
+        return None
+
+    name = walk(get_resolver(), "", "")
+    assert name, f"{route} has no name"
+    return name
+
+
+def test_every_url_pattern_is_in_the_table() -> None:
+    routes = url_patterns()
+    missing = [r for r in routes if r not in TABLE]
+    assert not missing, f"URL patterns without a row in the access table: {missing}"
+
+
+def _request(world: World, actor: str, case: Case, route: str) -> int:
+    kwargs = case.kwargs(world)
+    world.__dict__["_slug"] = kwargs.pop("_slug", "")
+    if route == "admin/":
+        url = "/admin/"
+    else:
+        url = reverse(_named(route), kwargs=kwargs)
+    client = world.clients[actor]
+    data = case.data(world) if case.data else None
+    method = getattr(client, case.method.lower())
+    if case.json:
+        response = method(url, data=json.dumps(data or {}), content_type="application/json")
+    elif case.method in ("POST",):
+        response = method(url, data=data or {})
+    else:
+        response = method(url)
+    return response.status_code
+
+
+@pytest.mark.parametrize("route", sorted(TABLE))
+def test_access(world: World, route: str) -> None:
+    """Each actor gets exactly the status the table says (owner last: some owner actions end the world)."""
+    if route not in url_patterns():
+        pytest.skip(f"/{route} is not routed (any more): remove its row")
+    wrong = []
+    for i, case in enumerate(TABLE[route]):
+        for actor in ACTORS:
+            status = _request(world, actor, case, route)
+            if status != case.expect[actor]:
+                wrong.append(f"{case.method} #{i} as {actor}: got {status}, table says {case.expect[actor]}")
+    assert not wrong, f"/{route}: " + "; ".join(wrong)
+
+
+def test_outsiders_never_get_403() -> None:
+    """The rule the table must keep: no row answers an outsider 403 (that would confirm existence)."""
+    assert [r for r, cases in TABLE.items() for c in cases if c.expect["outsider"] == 403] == []
+
+
+# Session callers' writes that are not CSRF-checked because they take no session: API keys only.
+NO_SESSION = {"api/v1/ingest"}
+
+
+@pytest.mark.parametrize(
+    "route", sorted(r for r, cases in TABLE.items() if any(c.method != "GET" for c in cases))
+)
+def test_every_form_refuses_a_post_without_its_csrf_token(world: World, route: str) -> None:
+    """Every state-changing URL, called with a valid session but no CSRF token, is refused with 403
+    (and changes nothing an owner could see: the next request still works)."""
+    if route not in url_patterns():
+        pytest.skip(f"/{route} is not routed (any more): remove its row")
+    owner = Client(enforce_csrf_checks=True)
+    owner.force_login(world.users["owner"])
+    anon = Client(enforce_csrf_checks=True)
+    for case in TABLE[route]:
+        if case.method == "GET":
+            continue
+        for client in (owner, anon) if route in ("accounts/login/", "invite/<str:token>") else (owner,):
+            world.clients["csrf"] = client
+            status = _request(world, "csrf", case, route)
+            expected = 401 if route in NO_SESSION else 403
+            assert status == expected, f"{case.method} /{route}: {status}"
+    assert Team.objects.filter(pk=world.team.pk).exists()
+    assert Run.objects.filter(pk=world.run.pk).exists()
