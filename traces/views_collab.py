@@ -26,8 +26,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from traces import live, sharing, views
 from traces import notes as notes_service
-from traces import sharing, views
 from traces.models import Action, Note, Run, ShareLink, projects_for_user, user_can
 
 NOTES_PER_PAGE = 50
@@ -62,10 +62,14 @@ def shared_run(request: HttpRequest, token: str) -> HttpResponse:
 def shared_run_live(request: HttpRequest, token: str) -> HttpResponse:
     link, run = _shared_run(token)
     agent = views._agent_for(request, run)
+    # Conditional polling, as on the team's page (traces/live.py): 304 until the run changes.
+    tag = live.run_tag(run, "shared-run", agent, link.hide_content)
+    if unchanged := live.not_modified(request, tag):
+        return _shared(unchanged)
     ctx = sharing.redact(
         views._timeline_ctx(request, run, agent, last_page=True), hide_content=link.hide_content
     )
-    return _shared(render(request, "traces/_run_live.html", ctx))
+    return _shared(live.tagged(render(request, "traces/_run_live.html", ctx), tag))
 
 
 @require_GET
@@ -90,7 +94,12 @@ def shared_turn(request: HttpRequest, token: str, number: int) -> HttpResponse:
 
 @require_GET
 def shared_turn_live(request: HttpRequest, token: str, number: int) -> HttpResponse:
-    return _shared(render(request, "traces/_turn_steps.html", _shared_turn_ctx(request, token, number)))
+    link, run = _shared_run(token)
+    tag = live.run_tag(run, "shared-turn", views._agent_for(request, run), number, link.hide_content)
+    if unchanged := live.not_modified(request, tag):
+        return _shared(unchanged)
+    ctx = _shared_turn_ctx(request, token, number)
+    return _shared(live.tagged(render(request, "traces/_turn_steps.html", ctx), tag))
 
 
 # ---------------------------------------------------------------------------------------------------

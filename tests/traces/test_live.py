@@ -89,3 +89,17 @@ def test_it_never_answers_304_to_an_outsider(
     live = run.get_absolute_url() + "/live"
     tag = alice_client.get(live)["ETag"]
     assert charlie_client.get(live, HTTP_IF_NONE_MATCH=tag).status_code == 404
+
+
+def test_a_shared_page_polls_conditionally_too(project: Project, alice: object, client: Client) -> None:
+    from traces.sharing import do_create_share_link, share_url
+
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    _, token = do_create_share_link(run, alice)
+    for live in (share_url(token) + "/live", share_url(token) + "/turns/2/live"):
+        first = client.get(live)
+        assert first.status_code == 200 and first["ETag"], live
+        assert client.get(live, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 304, live
+        ingest_live_run(project, "live-run", turns=3)
+        assert client.get(live, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 200, live
