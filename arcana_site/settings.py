@@ -147,7 +147,9 @@ ARCANA_PROVIDERS = envstr("ARCANA_PROVIDERS", "") or ""
 # Operator limits: a conversation that reaches one stops with that reason.
 ARCANA_MAX_TURNS_PER_CONVERSATION = envint("ARCANA_MAX_TURNS_PER_CONVERSATION", default=50, minimum=1)
 ARCANA_MAX_STEPS_PER_TURN = envint("ARCANA_MAX_STEPS_PER_TURN", default=10, minimum=1)
-ARCANA_MAX_TOKENS_PER_CONVERSATION = envint("ARCANA_MAX_TOKENS_PER_CONVERSATION", default=2_000_000, minimum=1)
+ARCANA_MAX_TOKENS_PER_CONVERSATION = envint(
+    "ARCANA_MAX_TOKENS_PER_CONVERSATION", default=2_000_000, minimum=1
+)
 ARCANA_MAX_CONCURRENT_CONVERSATIONS = envint("ARCANA_MAX_CONCURRENT_CONVERSATIONS", default=4, minimum=1)
 # A worker running a turn renews its lease every third of this; the sweeper re-queues a conversation
 # whose lease expired (its worker vanished), at most ARCANA_CONVERSATION_MAX_ATTEMPTS times per unit of work.
@@ -156,6 +158,8 @@ ARCANA_CONVERSATION_MAX_ATTEMPTS = envint("ARCANA_CONVERSATION_MAX_ATTEMPTS", de
 ARCANA_CONVERSATION_SWEEP_SECONDS = envint("ARCANA_CONVERSATION_SWEEP_SECONDS", default=30, minimum=1)
 # The queue conversation tasks go to (workers: `-Q ingest,agents`); another name isolates a fleet.
 ARCANA_AGENTS_QUEUE = envstr("ARCANA_AGENTS_QUEUE", "agents") or "agents"
+# The queue upload tasks go to (workers: `-Q ingest,agents`); another name isolates a fleet.
+ARCANA_INGEST_QUEUE = envstr("ARCANA_INGEST_QUEUE", "ingest") or "ingest"
 
 # Celery. The embedded default is kombu's filesystem transport: no server, but a real worker process.
 # ARCANA_BROKER_DIR: workers with data folders of their own (as on separate machines) still share
@@ -186,13 +190,54 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "ingest"
 CELERY_TASK_ROUTES = {
-    "traces.tasks.process_upload": {"queue": "ingest"},
+    "traces.tasks.process_upload": {"queue": ARCANA_INGEST_QUEUE},
+    "traces.tasks.sweep_uploads": {"queue": ARCANA_INGEST_QUEUE},
     "traces.tasks.run_conversation": {"queue": "agents"},
     "traces.tasks.run_demo_conversation": {"queue": "agents"},
     "traces.tasks.sweep_conversations": {"queue": "agents"},
     "traces.tasks.enforce_retention": {"queue": "ingest"},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing fails fast when the broker is down (an upload is accepted and stays `queued`; the upload
+# sweeper sends it once the broker is back): a short connect timeout and one quick retry, instead of
+# kombu's defaults that keep a web request waiting.
+CELERY_BROKER_CONNECTION_TIMEOUT = 3.0
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 3.0
+# A Redis result backend retries 20 times a second apart by default (the "500 after 20 s" of a send
+# with the broker down); tasks whose result is read elsewhere set ignore_result and skip it entirely.
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {
+    "retry_policy": {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+}
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 3.0}
+# Every task is bounded (a task may set tighter limits): soft raises SoftTimeLimitExceeded in the task,
+# hard kills its process (acks_late + reject_on_worker_lost put it back; leases make that safe).
+CELERY_TASK_SOFT_TIME_LIMIT = envint("ARCANA_TASK_SOFT_TIME_LIMIT", default=3600, minimum=10)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
+
+# Uploads survive a dead worker (traces/uploads.py): a `running` upload holds a lease its worker renews
+# with every chunk; the sweeper re-queues it from its cursor once the lease ran out, re-sends `queued`
+# uploads whose message was lost (broker down), and fails an upload after MAX_ATTEMPTS lost workers.
+ARCANA_UPLOAD_LEASE_SECONDS = envint("ARCANA_UPLOAD_LEASE_SECONDS", default=60, minimum=1)
+ARCANA_UPLOAD_SWEEP_SECONDS = envint("ARCANA_UPLOAD_SWEEP_SECONDS", default=30, minimum=1)
+ARCANA_UPLOAD_RESEND_SECONDS = envint("ARCANA_UPLOAD_RESEND_SECONDS", default=120, minimum=1)
+ARCANA_UPLOAD_MAX_ATTEMPTS = envint("ARCANA_UPLOAD_MAX_ATTEMPTS", default=5, minimum=1)
+
+# Periodic work, run by Celery beat (`scripts/run` starts it with the worker; production runs one
+# `celery beat`). A plain dict: each feature adds its own entry below.
+CELERY_BEAT_SCHEDULE = {
+    "sweep-uploads": {
+        "task": "traces.tasks.sweep_uploads",
+        "schedule": float(ARCANA_UPLOAD_SWEEP_SECONDS),
+        "options": {"queue": ARCANA_INGEST_QUEUE},
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -7,6 +7,7 @@ error shape (STYLE.md item 9): `{"error": "...", "detail": [{"index"|"line": n, 
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from traces.serializers import (
     TurnSerializer,
     UploadSerializer,
 )
+from traces.uploads import enqueue_upload
 
 log = logging.getLogger(__name__)
 
@@ -337,18 +339,18 @@ class UploadListView(ChunkedBodyMixin, BaseView):
             return self._store(request, project, File(tmp, name=name), name, size)
 
     def _store(self, request: Request, project: Project, file: File, name: str, size: int) -> Response:
-        from traces.tasks import process_upload
-
         user = request.user if key_of(request) is None else None
-        # The file goes to MEDIA_ROOT first (slow I/O, no lock held), then the row and the task are
-        # committed together: the task is enqueued only once the row it reads exists.
+        # The file goes to MEDIA_ROOT first (slow I/O, no lock held), then the row is committed and the
+        # task enqueued after the commit (the row it reads exists). A broker that is down does not fail
+        # the request: the row stays `queued` and the upload sweeper sends it once the broker is back
+        # (traces/uploads.py).
         upload = Upload(
             project=project, original_name=name[:300], bytes=size, created_by=user, api_key=key_of(request)
         )
         upload.file.save(name.rsplit("/", 1)[-1], file, save=False)
         with transaction.atomic():
             upload.save()
-            process_upload.delay_on_commit(upload.pk)
+            transaction.on_commit(functools.partial(enqueue_upload, upload.pk))
         data = UploadSerializer(upload).data
         return Response(data, status=status.HTTP_202_ACCEPTED, headers={"Location": data["url"]})
 

@@ -787,9 +787,27 @@ class Upload(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Work survives a dead worker (DESIGN.md §7). A `running` row is held under a lease: the worker
+    # named `lease_owner` renews `lease_expires_at` with every chunk it commits; a row whose lease
+    # expired lost its worker and is claimed again from its cursor (`lines_done`). `queued_at` is
+    # when a task was last enqueued for a `queued` row (a row left queued while the broker was down is
+    # enqueued again by the sweeper); `attempts` counts claims, so a file that kills every worker
+    # that reads it ends `failed` instead of looping.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # The sweeper's scan: unfinished uploads only.
+            models.Index(
+                fields=["status"],
+                name="upload_unfinished_idx",
+                condition=models.Q(status__in=["queued", "running"]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"upload {self.pk} ({self.status})"

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from celery import shared_task
-from django.utils import timezone
 
-from traces import ingest
-from traces.models import Project, Upload
+from traces import uploads
+from traces.models import Project
 
 log = logging.getLogger(__name__)
-
-#: Lines per `ingest_events` call (one transaction each) and per progress update.
-UPLOAD_CHUNK_LINES = 500
-#: An upload task stops after this many seconds and re-queues itself from its cursor (`lines_done`),
-#: so one huge file never holds a worker for long.
-UPLOAD_TIME_BUDGET_S = 300.0
 
 
 @shared_task(name="traces.tasks.ping")
@@ -27,81 +19,27 @@ def ping(value: str) -> dict[str, str]:
     return {"pong": value}
 
 
-@shared_task(name="traces.tasks.process_upload")
+@shared_task(
+    name="traces.tasks.process_upload",
+    # Redelivered when its worker dies (the row's lease makes a second delivery harmless), and bounded:
+    # the soft limit stops a chunk that hangs (rolled back, re-queued from the cursor), the hard limit
+    # kills what ignores it (the lease then runs out and the sweeper re-queues the row).
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,  # progress and outcome are on the row; sending needs no result backend
+    soft_time_limit=uploads.UPLOAD_TIME_BUDGET_S + 120,
+    time_limit=uploads.UPLOAD_TIME_BUDGET_S + 180,
+)
 def process_upload(upload_id: int) -> dict[str, Any]:
-    """Parse an upload's file in chunks through `traces.ingest`, updating progress on its row.
+    """Ingest an upload's file from its cursor under a lease (`traces.uploads.process_upload`). Safe to
+    deliver twice: the row is claimed with a conditional update; chunks commit with the cursor."""
+    return uploads.process_upload(upload_id)
 
-    Safe to run twice: the row is claimed with a conditional update (queued → running), so a second
-    delivery of the same message does nothing; re-ingesting lines is harmless anyway (duplicates).
-    After `UPLOAD_TIME_BUDGET_S` the task puts the row back to `queued` with its cursor (`lines_done`)
-    and re-queues itself; the next run resumes after that line.
-    """
-    now = timezone.now()
-    claimed = Upload.objects.filter(pk=upload_id, status=Upload.Status.QUEUED).update(
-        status=Upload.Status.RUNNING, started_at=now
-    )
-    if claimed != 1:
-        return {"upload": upload_id, "skipped": "not queued"}
-    upload = Upload.objects.select_related("project").get(pk=upload_id)
-    base: dict[str, Any] = {
-        "accepted": upload.accepted,
-        "duplicates": upload.duplicates,
-        "rejected": upload.rejected,
-        "errors": list(upload.line_errors),
-        "runs": set(upload.runs),
-    }
-    cursor = upload.lines_done
-    deadline = time.monotonic() + UPLOAD_TIME_BUDGET_S
-    try:
-        if upload.lines_total is None:
-            with upload.file.open("rb") as raw, ingest.open_jsonl(raw) as fh:
-                upload.lines_total = ingest.count_lines(fh)
-            Upload.objects.filter(pk=upload_id).update(lines_total=upload.lines_total)
 
-        def progress(last_line: int, totals: ingest.JsonlResult) -> bool:
-            errors = base["errors"] + [e.to_dict() for e in totals.line_errors]
-            Upload.objects.filter(pk=upload_id).update(
-                lines_done=max(last_line, cursor),
-                accepted=base["accepted"] + totals.accepted,
-                duplicates=base["duplicates"] + totals.duplicates,
-                rejected=base["rejected"] + totals.rejected,
-                line_errors=errors[: ingest.MAX_LINE_ERRORS],
-                runs=sorted(base["runs"] | totals.runs),
-            )
-            return time.monotonic() > deadline
-
-        with upload.file.open("rb") as raw, ingest.open_jsonl(raw) as fh:
-            ingest.ingest_jsonl(
-                upload.project,
-                fh,
-                source="upload",
-                chunk_lines=UPLOAD_CHUNK_LINES,
-                skip_lines=cursor,
-                on_chunk=progress,
-            )
-    except Exception as exc:
-        log.exception("upload %s failed", upload_id)
-        Upload.objects.filter(pk=upload_id).update(
-            status=Upload.Status.FAILED,
-            error=f"{type(exc).__name__}: {exc}"[:2000],
-            finished_at=timezone.now(),
-        )
-        return {"upload": upload_id, "status": "failed"}
-    upload.refresh_from_db()
-    if (
-        upload.lines_total is not None
-        and upload.lines_done < upload.lines_total
-        and time.monotonic() > deadline
-    ):
-        Upload.objects.filter(pk=upload_id, status=Upload.Status.RUNNING).update(status=Upload.Status.QUEUED)
-        process_upload.delay(upload_id)
-        return {"upload": upload_id, "status": "requeued", "lines_done": upload.lines_done}
-    Upload.objects.filter(pk=upload_id).update(
-        status=Upload.Status.DONE,
-        lines_done=max(upload.lines_done, upload.lines_total or 0),
-        finished_at=timezone.now(),
-    )
-    return {"upload": upload_id, "status": "done"}
+@shared_task(name="traces.tasks.sweep_uploads", ignore_result=True, soft_time_limit=120, time_limit=180)
+def sweep_uploads() -> dict[str, int]:
+    """Periodic (Celery beat): re-queue uploads whose worker vanished or whose message was lost."""
+    return uploads.sweep_uploads()
 
 
 @shared_task(name="traces.tasks.run_demo_conversation")

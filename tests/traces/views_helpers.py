@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -227,3 +228,14 @@ def run_path(run_id: str) -> str:
 def api_path(run_id: str) -> str:
     """The read API's address of the one run stored with this id."""
     return Run.objects.get(run_id=run_id).api_url()
+
+
+def jsonl_lines(runs: int, turns: int, prefix: str = "up") -> list[str]:
+    """`runs` × `turns` × 2 valid events of our runtime, one JSON text each (a large upload)."""
+    out: list[str] = []
+    for r in range(runs):
+        for t in range(1, turns + 1):
+            out += [
+                json.dumps(e) for e in our_step(f"{prefix}-{r:04d}", t, 1, decisions=[decision(0, "user")])
+            ]
+    return out
