@@ -117,3 +117,39 @@ def test_a_second_delivery_of_a_claimed_conversation_does_nothing(project: Proje
 
     assert service.run_pending_turns(conv.pk) == {"conversation": conv.pk, "skipped": "not claimable"}
     assert Conversation.objects.get(pk=conv.pk).lease_owner == "first:1:1"
+
+
+def test_a_pool_playground_resumes_each_agent_from_the_saved_state(project: Project) -> None:
+    conv = _conversation(
+        project,
+        model="pool-demo",
+        cognitive_primitives=["recall", "pin"],
+        agents=[{"name": "researcher"}, {"name": "writer", "cognitive_primitives": ["recall"]}],
+        script=None,
+    )
+    scenario = get_scenario("pool-demo")
+    for agent, text in zip(scenario.script_agents, scenario.script, strict=True):
+        conv = service.post_message(conv, text, agent=agent)
+        # Each turn is its own task: the engine is rebuilt from the row's saved state every time.
+        service.run_pending_turns(conv.pk)
+        conv.refresh_from_db()
+        assert conv.status == "waiting_for_user", conv.reason
+
+    assert [(t["agent"], t["turn"]) for t in conv.transcript] == [
+        ("researcher", 1),
+        ("writer", 1),
+        ("writer", 2),
+    ]
+    assert [(p["agent"], p["label"]) for p in conv.active_pins()] == [("researcher", "weather")]
+    assert conv.transcript[2]["assistant"] == "Aurora is live Friday, 16:00 UTC."  # after recalling turn 1
+    assert set(conv.state["agents"]) == {"researcher", "writer"}
+
+
+def test_the_sweeper_resends_a_queued_conversation_whose_message_was_lost(project: Project) -> None:
+    conv = _conversation(project, model="small-talk", script=["one"])
+    Conversation.objects.filter(pk=conv.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+
+    assert service.sweep_conversations()["resent"] == 1
+
+    conv.refresh_from_db()
+    assert conv.status == "queued" and conv.updated_at > timezone.now() - timedelta(minutes=1)
