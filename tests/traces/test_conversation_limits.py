@@ -7,6 +7,7 @@ their own connections, hence `transaction=True`.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +20,12 @@ from traces import conversations as service
 from traces.models import Conversation, Event, Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def no_worker_takes_these(settings: Any) -> None:
+    """Tasks these tests enqueue go to a queue no worker reads: the test runs the work itself."""
+    settings.ARCANA_AGENTS_QUEUE = f"agents-nobody-{uuid.uuid4().hex[:8]}"
 
 
 def _conversation(project: Project, **body: Any) -> Conversation:
