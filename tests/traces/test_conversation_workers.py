@@ -85,7 +85,7 @@ def events_of(project: Project, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_it_runs_the_pin_recall_demo_from_the_api_to_completed(
-    shared_worker: Worker, api_client: Client, project: Project
+    shared_worker: Worker, api_client: Client, alice_client: Client, project: Project
 ) -> None:
     scenario = get_scenario("pin-recall-demo")
     created = start(api_client, provider="scripted", model="pin-recall-demo", script=list(scenario.script))
@@ -115,6 +115,13 @@ def test_it_runs_the_pin_recall_demo_from_the_api_to_completed(
     # The API answers the same story.
     detail = api_client.get(f"/api/v1/conversations/{conv.pk}").json()
     assert detail["status"] == "completed" and detail["turns_done"] == 5 and detail["pins"] == []
+    # And the pages: the run overview lists the pin and the cognitive events, turn 4 shows the recall.
+    page = alice_client.get(run.get_absolute_url())
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "p_a7145c0d" in html and "constraints" in html and "recall" in html
+    turn4 = alice_client.get(run.turn_url(4)).content.decode()
+    assert "recall" in turn4 and "Step 3 of the original plan" in turn4
 
 
 def test_it_runs_a_playground_whose_turns_land_on_different_workers(
