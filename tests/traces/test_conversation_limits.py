@@ -160,3 +160,26 @@ def test_the_sweeper_resends_a_queued_conversation_whose_message_was_lost(projec
 
     conv.refresh_from_db()
     assert conv.status == "queued" and conv.updated_at > timezone.now() - timedelta(minutes=1)
+
+
+def test_a_message_too_big_for_the_window_fails_with_an_error_event(project: Project) -> None:
+    conv = _conversation(project, model="small-talk", context_window=256, script=["word " * 400])
+
+    service.run_pending_turns(conv.pk)
+
+    conv.refresh_from_db()
+    assert conv.status == "failed" and conv.reason.startswith("ContextOverflowError: the message needs")
+    errors = [e.data for e in Event.objects.filter(project=project, run_id=conv.run_id, event_type="error")]
+    assert len(errors) == 1 and errors[0]["metadata"]["error_category"] == "context_overflow"
+    assert conv.run is not None and conv.run.status == "failed"
+
+
+def test_a_provider_without_its_key_fails_readably(project: Project, settings: Any) -> None:
+    settings.ARCANA_PROVIDERS = '{"deepseek": {}}'  # the preset; DEEPSEEK_API_KEY is not set
+    conv = _conversation(project, provider="deepseek", script=["hi"])
+
+    service.run_pending_turns(conv.pk)
+
+    conv.refresh_from_db()
+    assert conv.status == "failed" and "DEEPSEEK_API_KEY" in conv.reason
+    assert Event.objects.filter(project=project, run_id=conv.run_id, event_type="error").count() == 1

@@ -42,11 +42,14 @@ class StoreSink:
         self.duplicates = 0
         self.rejected = 0
         self.error: BaseException | None = None
+        self.errors_written = 0  # `error` events seen (the worker records a failure only once)
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="arcana-store-sink", daemon=True)
         self._thread.start()
 
     def write(self, event: TraceEvent) -> None:
+        if event.event_type == "error":
+            self.errors_written += 1
         self._queue.put(event.to_dict())
 
     def flush(self) -> None:

@@ -21,10 +21,12 @@ from django.utils import timezone
 from runtime import (
     ChatSession,
     ConfigError,
+    ContextOverflowError,
     ContextStrategy,
     ProviderError,
     Runtime,
     RuntimeConfig,
+    TraceWriter,
 )
 from runtime.scenarios import get_scenario
 from traces.conversations.providers import SCRIPTED, server_providers
@@ -241,8 +243,13 @@ def run_pending_turns(conversation_id: int) -> dict[str, Any]:
         # The runtime already wrote the `error` event (stop_reason "error") of the failed step.
         status, reason = Conversation.Status.FAILED, f"provider error: {exc}"
     except Exception as exc:
-        log.exception("conversation %s failed", conversation_id)
+        if isinstance(exc, ConfigError | ContextOverflowError):  # bad settings or a message too big
+            log.warning("conversation %s failed: %s", conversation_id, exc)
+        else:
+            log.exception("conversation %s failed", conversation_id)
         status, reason = Conversation.Status.FAILED, f"{type(exc).__name__}: {exc}"
+        if store.errors_written == 0:
+            _record_failure(store, conv, exc)
     finally:
         try:
             if engine is not None:
@@ -254,6 +261,20 @@ def run_pending_turns(conversation_id: int) -> dict[str, Any]:
     if status is not None:
         _finish(conv, owner, status, reason[:2000])
     return {"conversation": conversation_id, "status": str(status) if status else "lost lease"}
+
+
+def _record_failure(store: StoreSink, conv: Conversation, exc: BaseException) -> None:
+    """An `error` event for a failure the runtime did not record (a provider that cannot be built, a
+    message too big for the window), so the run shows why it stopped, like a provider error."""
+    category = "context_overflow" if isinstance(exc, ContextOverflowError) else "worker"
+    TraceWriter(store, conv.run_id).emit(
+        "error",
+        turn=conv.cursor + 1,
+        step=1,
+        stop_reason="error",
+        stop_detail=str(exc)[:500],
+        metadata={"error": type(exc).__name__, "message": str(exc), "error_category": category},
+    )
 
 
 def _run_turns(
