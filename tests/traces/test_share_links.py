@@ -322,3 +322,43 @@ def test_api_outsiders_and_viewers(
     assert created.status_code == 403
     link.refresh_from_db()
     assert link.revoked_at is None
+
+
+def test_it_shows_nothing_of_the_conversation_behind_a_run(runs: list[Run], alice: Any) -> None:
+    from traces.models import Conversation
+
+    run = next(r for r in runs if r.source == Run.Source.RUNTIME)
+    Conversation.objects.create(
+        project=run.project,
+        run_id=run.run_id,
+        mode="playground",
+        provider="scripted",
+        model="scripted-1",
+        config={"system": "SECRET system prompt of the playground"},
+        transcript=[{"role": "user", "content": "SECRET transcript line"}],
+        status="failed",
+        reason="SECRET reason it failed",
+    )
+    assert "/conversations/" in _logged_in(alice).get(run.get_absolute_url()).content.decode()
+    for hide in (False, True):
+        _l, token = _link(run, alice, hide_content=hide)
+        prefix = sharing.share_url(token)
+        for path, (status, body) in _pages_of(Client(), token).items():
+            assert status == 200 and path.startswith(prefix), path
+            assert "SECRET" not in body and "/conversations/" not in body, path
+
+
+def test_a_live_run_polls_share_scoped_fragments(project: Project, alice: Any) -> None:
+    from tests.traces.views_helpers import ingest_live_run
+
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    _l, token = _link(run, alice, hide_content=True)
+    prefix = sharing.share_url(token)
+    client = Client()
+    for page in (prefix, f"{prefix}/turns/1"):
+        body = client.get(page).content.decode()
+        polled = [a for a in addresses(body) if a.endswith("/live") or "/live?" in a]
+        assert polled and all(a.startswith(prefix) for a in polled), (page, polled)
+        for url in polled:
+            assert client.get(url).status_code == 200
