@@ -824,6 +824,25 @@ class Upload(models.Model):
         return min(1.0, self.lines_done / self.lines_total)
 
 
+class LoginFailure(models.Model):
+    """A failed sign-in, kept for the login throttle's window (`arcana_site/login.py`). In the database,
+    not in a process, so every gunicorn worker and machine counts the same failures."""
+
+    username = models.CharField(max_length=150)  # as typed, lower-cased
+    address = models.CharField(max_length=64)  # the client's IP address
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["username", "created_at"], name="loginfailure_user_idx"),
+            models.Index(fields=["address", "created_at"], name="loginfailure_addr_idx"),
+            models.Index(fields=["created_at"], name="loginfailure_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.address} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
 KEY_PREFIX = "arc_"
 
 
