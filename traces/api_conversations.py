@@ -25,10 +25,8 @@ from rest_framework.response import Response
 from traces import conversations as service
 from traces.api import BaseView, error_response, scoped_projects
 from traces.authentication import key_of
-from traces.models import Conversation, Membership, Project
+from traces.models import Action, Conversation, Project, user_can
 from traces.serializers import ErrorSerializer
-
-WRITE_ROLES = [Membership.Role.OWNER, Membership.Role.ADMIN, Membership.Role.MEMBER]
 
 
 class AgentSerializer(serializers.Serializer):
@@ -123,13 +121,11 @@ ProviderListSerializer = inline_serializer(
 
 
 def _may_write(request: Request, project: Project) -> bool:
+    """Members and up may start and steer conversations (`Action.CONVERSE`); so may a read + ingest
+    key of the project (ingest-only keys are refused by `BaseView` before this)."""
     if key_of(request) is not None:
-        return True  # a project key may run conversations of its project
-    if not request.user.is_authenticated:
-        return False
-    return Membership.objects.filter(
-        team_id=project.team_id, user=request.user, role__in=WRITE_ROLES
-    ).exists()
+        return True
+    return user_can(request.user, project.team_id, Action.CONVERSE)
 
 
 def _project_for(request: Request, ref: Any, team: Any) -> Project:

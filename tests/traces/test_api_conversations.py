@@ -276,3 +276,15 @@ def test_a_bad_provider_configuration_is_a_system_check_error(settings: Any) -> 
     assert [e.id for e in errors] == ["arcana.E001"] and "local" in errors[0].msg
     settings.ARCANA_PROVIDERS = ""
     assert check_providers() == []
+
+
+def test_an_ingest_only_key_may_not_start_conversations(project: Project, alice: Any) -> None:
+    from traces.models import ApiKey
+
+    key, raw = ApiKey.issue(project, name="ingest only", created_by=alice)
+    ApiKey.objects.filter(pk=key.pk).update(scope="ingest")
+    client = Client(headers={"Authorization": f"Bearer {raw}"})
+
+    r = post(client, {"script": ["hi"]})
+
+    assert r.status_code == 403 and Conversation.objects.count() == 0
