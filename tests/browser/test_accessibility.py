@@ -26,7 +26,7 @@ from tests.browser.conftest import LAPTOP, PHONE, login
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_samples
 from traces import sharing, teams
-from traces.models import ApiKey, Membership, Note, Project, Run, Upload
+from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -57,6 +57,9 @@ NOT_PAGES = {
     "teams:key_revoke",
     "teams:delete",
     "teams:run_delete",
+    "traces:conversation_live",
+    "traces:conversation_message",
+    "traces:conversation_cancel",
     "logout",
     "healthz",
 }
@@ -106,6 +109,13 @@ class Site:
         teams.do_create_invite(self.team, alice, Membership.Role.MEMBER, note="new teammate")
         ApiKey.issue(project, name="ci", created_by=alice)
         _i, self.invite_token = teams.do_create_invite(self.team, alice, Membership.Role.VIEWER)
+        # A playground waiting for its next message, with a transcript to show.
+        self.conversation = Conversation.objects.create(
+            project=project, run_id=self.our_run.run_id, mode="playground", provider="scripted",
+            model="scripted-1", status=Conversation.Status.WAITING_FOR_USER, cursor=1,
+            transcript=[{"role": "user", "content": "Weather in Lisbon?"},
+                        {"role": "assistant", "content": "Lisbon is 19C and clear."}],
+        )  # fmt: skip
         _l, self.token = sharing.do_create_share_link(self.pin_run, alice)
         _l, self.hidden_token = sharing.do_create_share_link(
             self.pin_run, alice, hide_content=True, expires_at=timezone.now() + timedelta(days=1)
@@ -135,6 +145,8 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
     "teams:project": lambda s: [f"/teams/{s.team.pk}/projects/{s.project.pk}"],
     "teams:audit": lambda s: [f"/teams/{s.team.pk}/audit"],
     "teams:invite": lambda s: [f"/invite/{s.invite_token}"],
+    "traces:conversation_new": lambda s: ["/conversations/new"],
+    "traces:conversation": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}"],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}
 
