@@ -179,7 +179,6 @@ def _buffer_chunked_body(request: Request, limit: int) -> None:
             raise PayloadTooLarge(limit)
         spool.write(chunk)
     spool.seek(0)
-    request._request._closable_objects.append(spool)
     meta["CONTENT_LENGTH"] = str(size)
     request._request._stream = LimitedStream(spool, size)
 
