@@ -13,6 +13,7 @@ from urllib.parse import urljoin
 
 from .._render import one_line, safe_text
 from ..errors import detail_text, error_detail
+from ..tracefiles import progress_bar, trace_files
 from .command import Command, DataError, UsageError
 from .formatting import _dict, _list, _num
 
@@ -21,31 +22,10 @@ from .formatting import _dict, _list, _num
 
 
 def _upload_files(paths: Sequence[str]) -> list[Path]:
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found = sorted(
-                q
-                for q in p.rglob("*")
-                if q.is_file() and (q.name.endswith(".jsonl") or q.name.endswith(".jsonl.gz"))
-            )
-            if not found:
-                raise DataError(f"{p}: no .jsonl or .jsonl.gz files in this directory")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise DataError(f"{p}: no such file or directory")
-    return files
-
-
-def _bar(done: int, total: int | None, width: int = 30) -> str:
-    if not total:
-        return "[" + "?" * 0 + " " * width + "]"
-    frac = min(1.0, done / total)
-    filled = int(round(frac * width))
-    return "[" + "#" * filled + "." * (width - filled) + f"] {frac:4.0%} {done}/{total} lines"
+    try:
+        return trace_files(paths)
+    except FileNotFoundError as exc:
+        raise DataError(str(exc)) from None
 
 
 def cmd_upload(c: Command) -> int:
@@ -112,7 +92,9 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
         status = body.get("status")
         done, total = int(body.get("lines_done") or 0), body.get("lines_total")
         if not c.as_json and done != last_done:
-            bar = f"{path.name} {_bar(done, total if isinstance(total, int) else None)} {status or ''}"
+            bar = (
+                f"{path.name} {progress_bar(done, total if isinstance(total, int) else None)} {status or ''}"
+            )
             if tty:
                 sys.stderr.write("\r" + safe_text(bar))
                 sys.stderr.flush()

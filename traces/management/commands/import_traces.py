@@ -10,25 +10,18 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runtime import tracefiles
 from runtime.errors import detail_text
 from traces import ingest
 from traces.management.commands._common import find_project
 
 
 def trace_files(paths: list[str]) -> list[Path]:
-    """The .jsonl / .jsonl.gz files named, and those under the folders named, sorted."""
-    out: list[Path] = []
-    for name in paths:
-        p = Path(name)
-        if p.is_dir():
-            out.extend(
-                sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith((".jsonl", ".jsonl.gz")))
-            )
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise CommandError(f"no such file or folder: {name}")
-    return out
+    """The trace files named and those under the folders named (`runtime.tracefiles.trace_files`)."""
+    try:
+        return tracefiles.trace_files(paths)
+    except FileNotFoundError as exc:
+        raise CommandError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -75,10 +68,8 @@ class Command(BaseCommand):
                         done: int, res: ingest.JsonlResult, *, _path: Path = path, _lines: int = lines
                     ) -> bool:
                         if tty and _lines:
-                            width = 30
-                            filled = int(width * min(done, _lines) / _lines)
                             sys.stderr.write(
-                                f"\r{_path.name[:40]:40} [{'#' * filled}{'.' * (width - filled)}] {done}/{_lines}"
+                                f"\r{_path.name[:40]:40} {tracefiles.progress_bar(done, _lines)}"
                             )
                             sys.stderr.flush()
                         return stop["now"]
