@@ -328,7 +328,8 @@ def invite_accept(request: HttpRequest, token: str) -> HttpResponse:
         except teams.TeamRuleError as exc:
             ctx["error"] = str(exc)
             return render(request, "traces/invite.html", ctx, status=400)
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        # The configured backend (the throttled one): a new account has no failed sign-ins to check.
+        login(request, user, backend=settings.AUTHENTICATION_BACKENDS[0])
         request.session[SESSION_TEAM] = invite.team.pk
         messages.success(request, f"Welcome, {user.get_username()}. You joined “{invite.team.name}”.")
         return redirect("traces:runs")
