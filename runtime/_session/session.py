@@ -432,32 +432,7 @@ class ChatSession(_SessionEvents):
         return TraceReader(path).messages_for_turn(self.run_id, turn, agent=self.agent)
 
     # -- state ---------------------------------------------------------------------------------
-    @classmethod
-    def _from_state(
-        cls,
-        runtime: Runtime,
-        state: Mapping[str, Any],
-        *,
-        system: str | None,
-        provider: str | None,
-        model: str | None,
-        cognitive_primitives: Sequence[str] | None,
-        tools: Mapping[str, Tool],
-        writer: TraceWriter | None,
-        pool: AgentPool | None = None,
-        agent: str | None = None,
-    ) -> ChatSession:
-        """The session `state` (from `export_state()`) was exported from, resumed (see `state.py`)."""
-        return restore_session(
-            cls,
-            runtime,
-            state,
-            system=system,
-            provider=provider,
-            model=model,
-            cognitive_primitives=cognitive_primitives,
-            tools=tools,
-            writer=writer,
-            pool=pool,
-            agent=agent,
-        )
+    #: `ChatSession._from_state(runtime, state, *, system, provider, model, cognitive_primitives, tools,
+    #: writer, pool=None, agent=None)`: the session `state` (from `export_state()`) was exported from,
+    #: resumed (`state.restore_session`).
+    _from_state = classmethod(restore_session)
