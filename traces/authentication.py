@@ -96,5 +96,8 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-c
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "A project API key (manage.py create_api_key).",
+            "description": "A project API key (the project's settings page, or manage.py create_api_key). "
+            "An ingest-only key may send traces (ingest, uploads and their status) and gets 403 on reads; "
+            "a read + ingest key may also read and delete the project's runs. Ingest is rate-limited per "
+            "key (429 with Retry-After).",
         }
