@@ -46,6 +46,8 @@ def _project(request: Request, value: Any) -> Project:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise exceptions.ValidationError({"project": "a project id or slug"})
     text = str(value).strip()
+    if not notes_service.storable_text(text):
+        raise exceptions.ValidationError({"project": "a project id or slug"})
     if text.isdigit():
         found = list(qs.filter(pk=int(text))[:1])
     else:
@@ -61,7 +63,7 @@ def _project(request: Request, value: Any) -> Project:
 
 def _run(request: Request, project_value: Any, run_id: Any) -> Run:
     project = _project(request, project_value)
-    if not isinstance(run_id, str) or not run_id:
+    if not isinstance(run_id, str) or not run_id or not notes_service.storable_text(run_id):
         raise exceptions.ValidationError({"run_id": "the run's id (a string)"})
     run = Run.objects.filter(project=project, run_id=run_id[:200]).select_related("project__team").first()
     if run is None:
@@ -129,6 +131,8 @@ class ShareLinkListView(BaseView, generics.ListAPIView[ShareLink]):
             projects = projects.filter(pk=_project(self.request, p["project"]).pk)
         qs = ShareLink.objects.filter(project__in=projects).select_related("run")
         if p.get("run_id"):
+            if not notes_service.storable_text(p["run_id"]):
+                raise exceptions.ValidationError({"run_id": "the run's id (a string)"})
             qs = qs.filter(run__run_id=p["run_id"][:200])
         return qs.order_by("-created_at", "-id")
 
@@ -233,6 +237,8 @@ class NoteListView(BaseView, generics.ListAPIView[Note]):
             filters = notes_service.NoteFilters(
                 project=project.pk, run_id=filters.run_id, label=filters.label, resolved=filters.resolved
             )
+        if p.get("run_id") and not notes_service.storable_text(p["run_id"]):
+            raise exceptions.ValidationError({"run_id": "the run's id (a string)"})
         if p.get("label") and p["label"] not in Note.Label.values:
             raise exceptions.ValidationError({"label": f"one of {', '.join(Note.Label.values)}"})
         return filters.apply(qs).select_related("run", "author").order_by("created_at", "id")

@@ -38,6 +38,17 @@ class NoteInput:
     step: int | None
 
 
+def storable_text(value: str) -> bool:
+    """False for text a database cannot hold or compare: NUL characters, lone surrogates."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _int_or_none(value: Any, field: str) -> int | None:
     if value is None or value == "":
         return None
@@ -65,10 +76,10 @@ def check_note(run: Run, data: Any) -> NoteInput:
     body = body.strip()
     if len(body) > Note.BODY_MAX:
         raise NoteError("body", f"at most {Note.BODY_MAX} characters")
-    if "\x00" in body:
-        raise NoteError("body", "must not contain NUL characters")
+    if not storable_text(body):
+        raise NoteError("body", "must not contain NUL characters or lone surrogates")
     agent = data.get("agent") or ""
-    if not isinstance(agent, str):
+    if not isinstance(agent, str) or not storable_text(agent):
         raise NoteError("agent", "must be a string")
     agents = list(run.agents or [])
     if agents and not agent:
@@ -197,9 +208,10 @@ class NoteFilters:
         resolved = {"1": True, "true": True, "0": False, "false": False}.get(
             str(query.get("resolved", "")).lower()
         )
+        run_id = str(query.get("run_id") or "")[:200]
         return cls(
             project=project,
-            run_id=str(query.get("run_id") or "")[:200],
+            run_id=run_id if storable_text(run_id) else "",
             label=label if label in Note.Label.values else "",
             resolved=resolved,
         )

@@ -3,10 +3,14 @@ pages, and refused to viewers (403) and outsiders (404)."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import pytest
 from django.test import Client
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN
 from traces.models import ApiKey, AuditLog, Membership, Note, Project, Run
@@ -255,3 +259,87 @@ def test_the_schema_documents_share_links_and_notes(alice_client: Client) -> Non
     schema = alice_client.get("/api/v1/schema", HTTP_ACCEPT="application/json").content.decode()
     for path in ("/api/v1/share-links", "/api/v1/share-links/{link_id}", "/api/v1/notes"):
         assert path in schema
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@hsettings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=st.fixed_dictionaries(
+        {},
+        optional={
+            "project": _JSON | st.just("alpha-app"),
+            "run_id": _JSON | st.just(OUR_RUN),
+            "agent": _JSON,
+            "turn": _JSON | st.integers(-3, 5),
+            "step": _JSON | st.integers(-3, 5),
+            "label": _JSON | st.sampled_from(["bug", "expected", "question"]),
+            "body": _JSON,
+        },
+    )
+)
+def test_api_answers_any_note_body_with_a_note_or_the_error_shape(
+    samples: Project, alice_client: Client, body: dict[str, Any]
+) -> None:
+    before = Note.objects.count()
+    response = alice_client.post("/api/v1/notes", body, content_type="application/json")
+    data = response.json()
+    if response.status_code == 201:
+        assert Note.objects.count() == before + 1
+        note = Note.objects.get(pk=data["id"])
+        assert note.run.run_id == OUR_RUN and note.body == body["body"].strip()
+    else:
+        assert response.status_code in (400, 404), (response.status_code, data)
+        assert set(data) == {"error", "detail"} and Note.objects.count() == before
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=st.fixed_dictionaries(
+        {},
+        optional={
+            "project": _JSON | st.just("alpha-app"),
+            "run_id": _JSON | st.just(OUR_RUN),
+            "hide_content": _JSON,
+            "expires_at": _JSON | st.datetimes(timezones=st.just(UTC)).map(lambda d: d.isoformat()),
+        },
+    )
+)
+def test_api_answers_any_share_link_body_with_a_link_or_the_error_shape(
+    samples: Project, alice_client: Client, body: dict[str, Any]
+) -> None:
+    from traces.models import ShareLink
+
+    before = ShareLink.objects.count()
+    response = alice_client.post("/api/v1/share-links", body, content_type="application/json")
+    data = response.json()
+    if response.status_code == 201:
+        assert ShareLink.objects.count() == before + 1 and data["url"].startswith("http://testserver/s/")
+    else:
+        assert response.status_code in (400, 404), (response.status_code, data)
+        assert set(data) == {"error", "detail"} and ShareLink.objects.count() == before
+
+
+@pytest.mark.parametrize("bad", ["nul\x00byte", "lone \ud800 surrogate"])
+def test_it_rejects_text_the_database_cannot_hold(samples: Project, alice_client: Client, bad: str) -> None:
+    payload = {"project": samples.pk, "run_id": PIN_RUN, "body": bad}
+    response = alice_client.post("/api/v1/notes", payload, content_type="application/json")
+    assert response.status_code == 400 and response.json()["detail"][0]["field"] == "body"
+    for field in ("run_id", "project"):
+        response = alice_client.post(
+            "/api/v1/notes", {**payload, "body": "ok", field: bad}, content_type="application/json"
+        )
+        assert response.status_code == 400 and response.json()["detail"][0]["field"] == field
+        response = alice_client.post(
+            "/api/v1/share-links", {"project": samples.pk, "run_id": PIN_RUN, field: bad},
+            content_type="application/json",
+        )  # fmt: skip
+        assert response.status_code == 400 and response.json()["detail"][0]["field"] == field
+    assert alice_client.get("/api/v1/notes", {"run_id": "a\x00b"}).status_code == 400
+    assert alice_client.get("/notes", {"run_id": "a\x00b"}).status_code in (200, 400)  # never a 500
+    assert not Note.objects.exists()
