@@ -53,7 +53,7 @@ def _turn_or_fail(c: Command, rid: str, turns: list[TurnView], turn: int | None)
 def _ranges(numbers: list[int]) -> str:
     parts: list[str] = []
     start = prev = numbers[0]
-    for n in numbers[1:] + [None]:  # type: ignore[list-item]
+    for n in [*numbers[1:], None]:
         if n is not None and n == prev + 1:
             prev = n
             continue
@@ -178,9 +178,9 @@ def _replay_text(
             if not cd:
                 c.out.line("  (no context decision recorded for this step)")
             else:
-                c.out.line(
-                    "  " + str(cd.get("explanation") or sv.context_decision.metadata.get("explanation") or "")
-                )  # type: ignore[union-attr]
+                event = sv.context_decision  # set: `cd` is not empty
+                explanation = cd.get("explanation") or (event.metadata.get("explanation") if event else None)
+                c.out.line("  " + str(explanation or ""))
                 c.out.line(
                     f"  messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
                     f"({_changed(sv.context_decision)}) · "

@@ -106,8 +106,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
     pending: list[int] = []  # positions in `out` waiting for the next step (summarizer llm_call)
     for i, ev in enumerate(items, start=1):
         producer = PRODUCER if ev.is_ours else ARCANA_PRODUCER
-        turn: int | None = None
-        step: int | None = None
+        turn = step = None  # int | None, as in the loop above
         agent = ev.source_agent
         key: str | None = None
         if ev.is_ours and _int_or_none(ev.metadata.get("turn")) is not None:

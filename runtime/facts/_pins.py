@@ -24,11 +24,17 @@ from ._events import ARCANA_PRODUCER, TurnView, _int_or_none
 class PinLike(Protocol):
     """What the pin rules need of a pin: a `PinLifetime`, or a stored pin row with the same fields."""
 
-    pin_id: str
-    label: str | None
-    created_turn: int
-    until_turn: int | None
-    unpinned_turn: int | None
+    # Read-only (properties), so a frozen `PinLifetime` fits as well as a model row.
+    @property
+    def pin_id(self) -> str: ...
+    @property
+    def label(self) -> str | None: ...
+    @property
+    def created_turn(self) -> int: ...
+    @property
+    def until_turn(self) -> int | None: ...
+    @property
+    def unpinned_turn(self) -> int | None: ...
 
 
 P = TypeVar("P", bound=PinLike)
@@ -108,8 +114,9 @@ def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
         for sv in tv.steps:
             for ev in sv.primitive_calls:
                 md = ev.metadata
-                result = md.get("result") if isinstance(md.get("result"), dict) else {}
-                args = md.get("args") if isinstance(md.get("args"), dict) else {}
+                raw_result, raw_args = md.get("result"), md.get("args")
+                result: dict[str, Any] = raw_result if isinstance(raw_result, dict) else {}
+                args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
                 prim = md.get("primitive")
                 pin_id = result.get("pin_id")
                 if not isinstance(pin_id, str):
