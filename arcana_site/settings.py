@@ -195,7 +195,7 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_conversation": {"queue": "agents"},
     "traces.tasks.run_demo_conversation": {"queue": "agents"},
     "traces.tasks.sweep_conversations": {"queue": "agents"},
-    "traces.tasks.enforce_retention": {"queue": "ingest"},
+    "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Publishing fails fast when the broker is down (an upload is accepted and stays `queued`; the upload
@@ -305,5 +305,5 @@ ARCANA_RETENTION_SWEEP_SECONDS = envint("ARCANA_RETENTION_SWEEP_SECONDS", defaul
 CELERY_BEAT_SCHEDULE["enforce-retention"] = {
     "task": "traces.tasks.enforce_retention",
     "schedule": float(ARCANA_RETENTION_SWEEP_SECONDS),
-    "options": {"queue": "ingest"},
+    "options": {"queue": ARCANA_INGEST_QUEUE},
 }
