@@ -182,13 +182,13 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
     for m in (ContextDecision, PrimitiveEvent, Step):
         qs = m.objects.filter(run=run).filter(in_dirty)
         qs._raw_delete(qs.db)
-    qs = Turn.objects.filter(run=run).filter(
+    dirty_turns = Turn.objects.filter(run=run).filter(
         reduce(operator.or_, (Q(agent=a, number__in=ts) for a, ts in by_agent.items()))
     )
-    qs._raw_delete(qs.db)
+    dirty_turns._raw_delete(dirty_turns.db)
     if pin_agents:
-        qs = Pin.objects.filter(run=run, agent__in=pin_agents)
-        qs._raw_delete(qs.db)
+        dirty_pins = Pin.objects.filter(run=run, agent__in=pin_agents)
+        dirty_pins._raw_delete(dirty_pins.db)
 
 
 @dataclass
@@ -215,6 +215,7 @@ def _run_summary(
     nul = "CAST(NULL AS bigint)"
     in_run = "project_id = %s AND run_id = %s"
     at = connection.ops.adapt_datetimefield_value
+    turn_params: list[Any]
     if last_new_turn is not None:
         turn_where, turn_params = "timestamp >= %s", [at(last_new_turn.timestamp_dt)]
     else:

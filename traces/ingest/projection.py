@@ -44,7 +44,7 @@ def local_turn(ev: TraceEvent) -> int | None:
     if not ev.is_ours:
         return None
     turn = ev.metadata.get("turn")
-    return turn if turn.__class__ is int and 0 <= turn < 2**31 else None
+    return turn if type(turn) is int and 0 <= turn < 2**31 else None
 
 
 def _parse_stored(raw: str) -> TraceEvent:

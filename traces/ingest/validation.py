@@ -174,7 +174,7 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
             _too_long("metadata.source_agent", agent, MAX_NAME, index)
     for key in ("turn", "step"):
         n = md.get(key)
-        if n.__class__ is int and not 0 <= n <= MAX_TURN:
+        if type(n) is int and not 0 <= n <= MAX_TURN:
             raise TraceFormatError(
                 f"'metadata.{key}' is {n}; a {key} number must be between 0 and {MAX_TURN:,}",
                 line=index,
