@@ -11,6 +11,7 @@ from traces.models import (
     ContextDecision,
     Pin,
     PrimitiveEvent,
+    Project,
     Run,
     Step,
     Turn,
@@ -21,7 +22,9 @@ from traces.models import (
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     team = serializers.CharField(source="project.team.name", read_only=True)
     project_id = serializers.IntegerField(read_only=True)
     url = serializers.SerializerMethodField()
@@ -106,7 +109,8 @@ class StepSerializer(serializers.ModelSerializer[Step]):
         return DecisionSerializer(decision).data if decision is not None else None
 
     def get_primitive_events(self, step: Step) -> list[dict[str, Any]]:
-        return PrimitiveEventSerializer(step.primitive_events.all(), many=True).data
+        # many=True builds a ListSerializer, whose .data is a list; the stub types it as one item's dict.
+        return PrimitiveEventSerializer(step.primitive_events.all(), many=True).data  # type: ignore[return-value]
 
 
 class PinSerializer(serializers.ModelSerializer[Pin]):

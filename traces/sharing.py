@@ -21,6 +21,7 @@ import dataclasses
 import json
 import secrets
 import types
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -142,7 +143,7 @@ def bind_run_to_share(run: Run, token: str) -> Run:
     def kw(**extra: Any) -> dict[str, Any]:
         return {"token": token, **extra}
 
-    bound = {
+    bound: dict[str, Callable[..., str]] = {
         "get_absolute_url": lambda self: reverse("traces:shared_run", kwargs=kw()),
         "turn_url": lambda self, number: reverse("traces:shared_turn", kwargs=kw(number=number)),
         "live_url": lambda self: reverse("traces:shared_run_live", kwargs=kw()),
