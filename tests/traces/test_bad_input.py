@@ -23,13 +23,15 @@ from traces.models import Event, Project, Run
 URL = "/api/v1/ingest"
 
 
-def assert_everything_answers(client: Client, project: Project) -> None:
-    """`/`, `/api/v1/runs`, and for every run of the project its page, its turn pages, its events and
-    its API detail: all 200 (a stored bad value would make one of them 500)."""
+def assert_everything_answers(client: Client, project: Project, run_ids: list[str] | None = None) -> None:
+    """`/`, `/api/v1/runs`, and for every run of the project (or those of `run_ids`) its page, its turn
+    pages, its events and its API detail: all 200 (a stored bad value would make one of them 500)."""
     for url in ("/", "/api/v1/runs", "/api/v1/runs?limit=500"):
         r = client.get(url)
         assert r.status_code == 200, (url, r.status_code)
-    runs = list(Run.objects.filter(project=project))
+    runs = Run.objects.filter(project=project)
+    if run_ids is not None:
+        runs = runs.filter(run_id__in=run_ids)
     for run in runs:
         urls = [run.get_absolute_url(), run.api_url(), run.api_events_url()]
         for number in run.turn_set.values_list("number", flat=True).distinct():
