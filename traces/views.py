@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
 from traces import live, notes, queries, sharing
+from traces.authentication import SignedInRequest
 from traces.models import (
     Action,
     ContextDecision,
@@ -66,8 +67,8 @@ def legacy_run(request: HttpRequest, run_id: str, number: int | None = None) -> 
     if len(found) != 1:
         raise Http404("No such run." if not found else "Several of your projects have a run with this id.")
     url = found[0].get_absolute_url() if number is None else found[0].turn_url(number)
-    query = query.urlencode()
-    return redirect(f"{url}?{query}" if query else url)
+    rest = query.urlencode()
+    return redirect(f"{url}?{rest}" if rest else url)
 
 
 def _agent_for(request: HttpRequest, run: Run) -> str:
@@ -91,11 +92,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     scope = queries.runs_for_user(request.user)
     if (team_id := current_team_id(request)) is not None:
         scope = scope.filter(project__team_id=team_id)
-    qs = (
-        filters.apply(scope)
-        .select_related("project__team")
-        .order_by("-started_at", "-id")
-    )
+    qs = filters.apply(scope).select_related("project__team").order_by("-started_at", "-id")
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -304,7 +301,7 @@ def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -
 
 @login_required
 @require_GET
-def uploads(request: HttpRequest) -> HttpResponse:
+def uploads(request: SignedInRequest) -> HttpResponse:
     items = list(queries.uploads_for_user(request.user).select_related("project__team", "created_by")[:50])
     ctx: dict[str, Any] = {"uploads": items}
     if request.GET.get("fragment") == "list":
