@@ -256,3 +256,19 @@ def test_cancel_from_the_page(project: Project, alice: Any, alice_client: Client
     assert conv.status == Conversation.Status.CANCELLED
     page = alice_client.get(page_url(conv)).content.decode()
     assert "Cancelled" in page and "Why it stopped" in page and conv.reason in page
+
+
+def test_estimated_token_counts_are_marked(project: Project, alice_client: Client) -> None:
+    """A model tiktoken does not know: the builder's counts are calibrated estimates, shown with ≈."""
+    events = our_step("calibrated-run", 1, 1, decisions=[decision(0, "system"), decision(1, "user")])
+    events[0]["metadata"]["context_report"]["token_counts"] = {"estimated": True, "calibration": 1.12}
+    events += our_step("exact-run", 1, 1, decisions=[decision(0, "system")])
+    ingest_events(project, events, source="api")
+    calibrated = Run.objects.get(run_id="calibrated-run")
+    exact = Run.objects.get(run_id="exact-run")
+    assert calibrated.tokens_estimated and not exact.tokens_estimated
+    turn = alice_client.get(calibrated.turn_url(1)).content.decode()
+    assert "≈ 20 / 4000" in turn and "are estimates" in turn
+    assert "≈" in alice_client.get(calibrated.get_absolute_url()).content.decode()
+    assert "≈" not in alice_client.get(exact.turn_url(1)).content.decode()
+    assert "≈" not in alice_client.get(exact.get_absolute_url()).content.decode()
