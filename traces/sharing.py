@@ -9,7 +9,7 @@ same templates as the team's pages, with two differences made here and nowhere e
   every polled fragment of the page stays inside `/s/<token>/…`;
 * `redact(ctx)` (hide-content links only) replaces every content string the page would show — message
   text, the model's output, prompt snapshots, pin content, tool arguments and results, primitive
-  arguments and results, note bodies — with its size (`[hidden: 1,204 chars]`), keeping structure,
+  arguments and results, error messages and failure reasons, note bodies — with its size (`[hidden: 1,204 chars]`), keeping structure,
   token counts, decisions, fidelity levels and pin labels. Nothing is hidden with CSS: what is not in
   the context is not in the HTML.
 """
@@ -263,6 +263,22 @@ def _hide_step(step: Step) -> Step:
     ]
     out.messages = None
     out.prompt_snapshot = None
+    # Why a step failed is an error message, which can quote the input (a tool's exception, a
+    # provider's 400 body): its size only. Its kind stays (a code).
+    out.failure = hide(step.failure)
+    out.errors = [
+        {k: (hide(v) if k == "message" else v) for k, v in e.items()} if isinstance(e, dict) else hide(e)
+        for e in (step.errors or [])
+    ]
+    return out
+
+
+def _hide_failure(row: Any) -> Any:
+    """A copy of a run or turn with its failure reason replaced by its size."""
+    if not getattr(row, "failure", ""):
+        return row
+    out = copy.copy(row)
+    out.failure = hide(row.failure)
     return out
 
 
@@ -328,6 +344,12 @@ def redact(ctx: dict[str, Any], *, hide_content: bool) -> dict[str, Any]:
             pins_by_id[p.pk] = _hide_pin(p)
         return pins_by_id[p.pk]
 
+    if out.get("run") is not None:
+        out["run"] = _hide_failure(out["run"])
+    if out.get("turn") is not None:
+        out["turn"] = _hide_failure(out["turn"])
+    if out.get("turns") is not None:
+        out["turns"] = [_hide_failure(t) for t in out["turns"]]
     if "active_pins" in out:
         out["active_pins"] = [pin(p) for p in out["active_pins"]]
     if "primitives" in out:

@@ -41,7 +41,8 @@ def _leaves(value: Any) -> Iterator[str]:
 def content_strings(run: Run) -> set[str]:
     """Every message text, model output, prompt snapshot message, pin content, tool argument and
     result, primitive argument and result and note body of `run`, minus what a hide-content link
-    keeps on purpose (pin labels and ids, tool and agent names, error categories, run ids, models)."""
+    keeps on purpose (pin labels and ids, tool and agent names, error categories, run ids, models).
+    Error messages and failure reasons count as content: they can quote the input."""
     found: set[str] = set()
     for step in Step.objects.filter(run=run):
         found.update(_leaves(step.assistant_text))
@@ -55,6 +56,10 @@ def content_strings(run: Run) -> set[str]:
             found.update(_leaves(c.get("arguments")))
         for r in step.tool_results or []:
             found.update(_leaves([r.get("arguments"), r.get("result"), r.get("error")]))
+        found.add(step.failure)
+        found.update(e.get("message") or "" for e in step.errors or [] if isinstance(e, dict))
+    found.add(run.failure)
+    found.update(run.turn_set.values_list("failure", flat=True))
     pins = list(Pin.objects.filter(run=run))
     found.update(p.content for p in pins)
     for ev in PrimitiveEvent.objects.filter(run=run):

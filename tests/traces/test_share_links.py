@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.share_helpers import addresses, content_strings, crawl, leaks
-from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_hostile_run
+from tests.traces.views_helpers import FIXTURES, OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_hostile_run
 from traces import sharing
 from traces.models import ApiKey, AuditLog, Membership, Note, Project, Run, ShareLink
 
@@ -30,7 +30,10 @@ def _token_of(url: str) -> str:
 
 @pytest.fixture
 def runs(samples: Project, tmp_path: Path) -> list[Run]:
-    """Real runs: every arcana-agent 1.2 sample, our runtime's fixtures, and a fresh runtime trace."""
+    """Real runs: every arcana-agent 1.2 sample (tools that raised, an unknown tool, a provider 500, a
+    six-agent bundle), our runtime's fixtures, and a fresh runtime trace."""
+    for path in sorted((FIXTURES / "arcana-1.2-unseen").glob("*/*.jsonl")):
+        ingest_file(samples, path)
     ingest_file(samples, write_runtime_trace(tmp_path))
     return list(Run.objects.filter(project=samples).exclude(turns=0).order_by("run_id"))
 
