@@ -94,6 +94,7 @@ def check_note(run: Run, data: Any) -> NoteInput:
         raise NoteError("turn", "no such turn in this run")
     if (
         step is not None
+        and turn is not None  # (checked above; says so to the type checker)
         and not Step.objects.filter(run=run, agent=agent, turn_number=turn, number=step).exists()
     ):
         raise NoteError("step", "no such step in this turn")
