@@ -251,3 +251,32 @@ def test_it_deletes_a_run_through_the_api(
     assert api_client.get(url).status_code == 404
     row = AuditLog.objects.get(event_type=AuditLog.RUN_DELETED)
     assert row.actor is None and row.actor_label.startswith("API key arc_")
+
+
+def test_it_404s_another_teams_objects_under_ones_own_team(
+    alice_client: Client, alpha: Team, project: Project, charlie: Any, charlie_project: Project
+) -> None:
+    """An admin of Alpha naming Charlie's project, key, member or invite inside Alpha's URLs: 404, and
+    nothing of Charlie's changes."""
+    from traces import teams
+
+    key, _ = teams.do_create_api_key(charlie_project, charlie, "c", "ingest")
+    invite, _ = teams.do_create_invite(charlie_project.team, charlie, "member")
+    member = Membership.objects.get(user=charlie)
+    base = f"/teams/{alpha.pk}"
+    assert alice_client.get(f"{base}/projects/{charlie_project.pk}").status_code == 404
+    assert (
+        alice_client.post(
+            f"{base}/projects/{charlie_project.pk}/delete", {"confirm": "charlie-app"}
+        ).status_code
+        == 404
+    )
+    assert alice_client.post(f"{base}/projects/{project.pk}/keys/{key.pk}/revoke").status_code == 404
+    assert alice_client.post(f"{base}/members/{member.pk}/remove").status_code == 404
+    assert alice_client.post(f"{base}/members/{member.pk}/role", {"role": "viewer"}).status_code == 404
+    assert alice_client.post(f"{base}/invites/{invite.pk}/revoke").status_code == 404
+    key.refresh_from_db()
+    invite.refresh_from_db()
+    member.refresh_from_db()
+    assert key.revoked_at is None and invite.revoked_at is None and member.role == "owner"
+    assert Project.objects.filter(pk=charlie_project.pk).exists()
