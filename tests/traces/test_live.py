@@ -6,6 +6,7 @@ import re
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from tests.traces.views_helpers import ingest_live_run
 from traces.models import Project, Run
@@ -103,3 +104,33 @@ def test_a_shared_page_polls_conditionally_too(project: Project, alice: object, 
         assert client.get(live, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 304, live
         ingest_live_run(project, "live-run", turns=3)
         assert client.get(live, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 200, live
+
+
+def test_a_run_keeps_polling_while_its_conversation_has_a_worker(
+    project: Project, alice: object, alice_client: Client
+) -> None:
+    """Between two turns of a script the run's last turn event says "complete"; the page must keep
+    polling until the conversation itself has finished."""
+    from tests.traces.views_helpers import decision, our_step
+    from traces import conversations as service
+    from traces.ingest import ingest_events
+    from traces.models import Conversation
+
+    spec = service.check_conversation_request({"model": "pin-recall-demo", "script": ["one", "two"]})
+    conv = service.start_conversation(project, spec, user=alice)
+    Conversation.objects.filter(pk=conv.pk).update(status=Conversation.Status.RUNNING)
+    ingest_events(project, our_step(conv.run_id, 1, 1, decisions=[decision(0, "user")]), source="worker")
+    run = Run.objects.get(run_id=conv.run_id)
+    assert run.status == Run.Status.COMPLETED and not run.is_live and run.is_updating
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert "data-live-url" in page and "Script run by a worker" in page and "Running" in page
+    live = run.get_absolute_url() + "/live"
+    tag = _tag_in_page(page)
+    assert alice_client.get(live, HTTP_IF_NONE_MATCH=tag).status_code == 304
+
+    # The conversation finishing (no new event) changes the fragment: it says "stop polling".
+    Conversation.objects.filter(pk=conv.pk).update(
+        status=Conversation.Status.COMPLETED, updated_at=timezone.now()
+    )
+    done = alice_client.get(live, HTTP_IF_NONE_MATCH=tag)
+    assert done.status_code == 200 and b'data-live="false"' in done.content and b"Completed" in done.content
