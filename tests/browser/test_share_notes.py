@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from tests.browser.conftest import LAPTOP, PHONE, login, shoot
-from tests.traces.views_helpers import OURS, PIN_RUN, ingest_samples
+from tests.traces.views_helpers import OUR_RUN, OURS, PIN_RUN, POOL_RUN, ingest_samples
 from traces import sharing
 from traces.ingest import ingest_events
 from traces.models import Note, Project, Run, ShareLink
@@ -51,19 +52,20 @@ def _poison(value: Any, key: str = "") -> Any:
     return value
 
 
-def ingest_poisoned_run(project: Project) -> Run:
-    """Our runtime's fixture run (pins, tools, an unknown tool, a recall, an unpin) with the payload
-    in every free-text field, its model name and its run id."""
+def ingest_poisoned_run(project: Project, fixture: str = OUR_RUN, run_id: str = HOSTILE_RUN) -> Run:
+    """One of our runtime's fixture runs (pins, tools, an unknown tool, a recall, an unpin; or the
+    pool, whose agent names get the payload too) with the payload in every free-text field, its model
+    name and its run id."""
     events = []
-    for line in (OURS / "0c0a5e00-0000-4000-8000-000000000001.jsonl").read_text().splitlines():
+    for line in (OURS / f"{fixture}.jsonl").read_text().splitlines():
         ev = _poison(json.loads(line))
-        ev["run_id"] = HOSTILE_RUN
+        ev["run_id"] = run_id
         if ev.get("model"):
             ev["model"] = "gpt<b>x</b>" + HOSTILE[:40]
         events.append(ev)
     report = ingest_events(project, events, source="api")
     assert report.rejected == 0, report
-    return Run.objects.get(run_id=HOSTILE_RUN)
+    return Run.objects.get(run_id=run_id)
 
 
 def _inert(page: Any, dialogs: list[str], where: str) -> None:
@@ -210,3 +212,17 @@ def test_hostile_strings_stay_inert_on_every_page(
                 "body"
             )
         shoot(shared, f"hostile-shared-{'hidden' if hide else 'shown'}-laptop")
+
+    # A pool whose agent names carry the payload: tabs, headings and links per agent.
+    pool = ingest_poisoned_run(project, POOL_RUN, "xss-pool")
+    assert pool.agents and all(HOSTILE in a for a in pool.agents)
+    _l, token = sharing.do_create_share_link(pool, alice, hide_content=True)
+    for base in (pool.get_absolute_url(), sharing.share_url(token)):
+        for agent in pool.agents:
+            page.goto(live_server.url + base + "?" + urlencode({"agent": agent}))
+            _inert(page, dialogs, f"pool {base} {agent[:10]}")
+            page.locator("table.timeline a").first.click()
+            page.wait_for_load_state("networkidle")
+            assert "/turns/" in page.url
+            _inert(page, dialogs, f"pool turn {base} {agent[:10]}")
+            assert HOSTILE in page.locator("h1").inner_text()
