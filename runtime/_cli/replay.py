@@ -335,6 +335,14 @@ def cmd_explain(c: Command) -> int:
 
 
 def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: bool) -> None:
+    """`explain` of one step: its inputs, the model's output, the tool and primitive calls, the verdict."""
+    _explain_inputs(c, sv, pins, arcana)
+    _explain_output(c, sv)
+    _explain_calls(c, sv)
+    _explain_verdict(c, sv)
+
+
+def _explain_inputs(c: Command, sv: StepView, pins: list[PinLifetime], arcana: bool) -> None:
     cd = _decision(sv.context_decision)
     c.out.line("Inputs")
     if cd:
@@ -361,6 +369,8 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
     else:
         c.out.line("  " + (ARCANA_SNAPSHOT_HINT if arcana else SNAPSHOT_HINT))
 
+
+def _explain_output(c: Command, sv: StepView) -> None:
     c.out.line("LLM output")
     md = sv.turn_event.metadata if sv.turn_event is not None else {}
     facts = _dict(md.get("facts"))
@@ -389,6 +399,8 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
             )
         )
 
+
+def _explain_calls(c: Command, sv: StepView) -> None:
     results = tool_results(sv)
     c.out.line(f"Tool results ({len(results)})")
     for r in results:
@@ -419,6 +431,9 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
         if result.get("suggestion"):
             c.out.line(f"      suggestion: {result['suggestion']}")
 
+
+def _explain_verdict(c: Command, sv: StepView) -> None:
+    md = sv.turn_event.metadata if sv.turn_event is not None else {}
     assessment = _dict(md.get("assessment"))
     c.out.line("Runtime verdict")
     if assessment:

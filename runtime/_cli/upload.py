@@ -83,7 +83,17 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
         result["error"] = "server answered without an upload id"
         _print_upload(c, result)
         return result
-    url = f"{base}/api/v1/uploads/{upload_id}"
+    body = _follow(c, client, f"{base}/api/v1/uploads/{upload_id}", path, body)
+    _record(result, body, base)
+    _print_upload(c, result)
+    return result
+
+
+def _follow(c: Command, client: Any, url: str, path: Path, body: dict[str, Any]) -> dict[str, Any]:
+    """Poll the upload at `url` until the server says done or failed (or `--timeout` passes), drawing
+    its progress; the last answer, with `status` "failed" and an `error` when we gave up."""
+    import httpx
+
     deadline = time.monotonic() + c.args.timeout
     delay = 0.1
     last_done = -1
@@ -127,6 +137,11 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
         body = _json_body(resp)
     if tty and not c.as_json:
         sys.stderr.write("\n")
+    return body
+
+
+def _record(result: dict[str, Any], body: dict[str, Any], base: str) -> None:
+    """Copy the server's final answer into the file's `result`: counts, line errors, run links."""
     for k in ("status", "lines_total", "lines_done", "accepted", "duplicates", "rejected", "runs", "error"):
         if k in body:
             result[k] = body[k]
@@ -151,8 +166,6 @@ def _upload_one(c: Command, client: Any, base: str, path: Path) -> dict[str, Any
         for link in map(_dict, _list(body.get("run_links")))
         if isinstance(link.get("page_url"), str) and isinstance(link.get("url"), str)
     ]
-    _print_upload(c, result)
-    return result
 
 
 def _print_upload(c: Command, r: dict[str, Any]) -> None:
