@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from tests.traces.conftest import PASSWORD
 from tests.traces.views_helpers import decision, our_step
@@ -272,3 +273,28 @@ def test_estimated_token_counts_are_marked(project: Project, alice_client: Clien
     assert "≈" in alice_client.get(calibrated.get_absolute_url()).content.decode()
     assert "≈" not in alice_client.get(exact.turn_url(1)).content.decode()
     assert "≈" not in alice_client.get(exact.get_absolute_url()).content.decode()
+
+
+def test_the_run_page_shows_the_lifecycle_and_why_it_failed(
+    project: Project, alice: Any, alice_client: Client
+) -> None:
+    spec = service.check_conversation_request({"model": "pin-recall-demo", "script": ["one", "two"]})
+    conv = service.start_conversation(project, spec, user=alice)
+    ingest_events(project, our_step(conv.run_id, 1, 1, decisions=[decision(0, "user")]), source="worker")
+    now = timezone.now()
+    Conversation.objects.filter(pk=conv.pk).update(
+        status=Conversation.Status.FAILED,
+        reason="provider error: HTTP 500 from http://127.0.0.1:9/v1 <b>boom</b>",
+        started_at=now,
+        finished_at=now,
+        cursor=1,
+    )
+    run = Run.objects.get(run_id=conv.run_id)
+    html = alice_client.get(run.get_absolute_url()).content.decode()
+    panel = html.split('class="card conv-panel"')[1].split("</section>")[0]
+    assert "Script run by a worker" in panel and "Failed" in panel and "1 turn done of 2" in panel
+    assert "Why it failed" in panel and "&lt;b&gt;boom&lt;/b&gt;" in panel  # escaped, never markup
+    assert "Created" in panel and "Started" in panel and "Finished" in panel
+    assert f'href="{page_url(conv)}"' in panel
+    conv_page = alice_client.get(page_url(conv)).content.decode()
+    assert "Why it failed" in conv_page and 'data-finished="true"' in conv_page
