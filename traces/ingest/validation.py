@@ -172,7 +172,7 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
             )
         if len(agent) > MAX_NAME:
             _too_long("metadata.source_agent", agent, MAX_NAME, index)
-    for key in ("turn", "step"):
+    for key in ("turn", "step", "console_turn", "console_step"):
         n = md.get(key)
         if type(n) is int and not 0 <= n <= MAX_TURN:
             raise TraceFormatError(
@@ -228,15 +228,16 @@ def _string_problem(s: str) -> str | None:
 
 
 def _scalar_problem(x: Any) -> str | None:
-    """What is wrong with a non-container value, or None. Exact-type tests first: the common case."""
-    cls = x.__class__
-    if cls is str:
-        return _string_problem(x) if "\x00" in x or _SURROGATE.search(x) else None
-    if cls is int:
+    """What is wrong with a non-container value, or None (subclasses of str, int and float included)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, str):
+        return _string_problem(x)
+    if isinstance(x, int):
         if -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
             return None
         return f"is {_show_int(x)}, outside ±(2**53 − 1), the range of integers JSON readers keep exactly"
-    if cls is float:
+    if isinstance(x, float):
         return None if math.isfinite(x) else f"is {x}, not a finite number (NaN and Infinity are not JSON)"
     return None
 
@@ -245,7 +246,9 @@ def _scan(value: Any, depth: int) -> tuple[list[Any], str] | None:
     """The first problem in a decoded JSON container at nesting level `depth`: (path, message).
 
     Recursive, but never deeper than `MAX_DEPTH` + 1 frames: a container is refused before its
-    children are visited. About 7 µs for a typical small event (bench/ingest.py mix (a))."""
+    children are visited. The checks are inlined and cheapest first (this runs on every value of
+    every event): `str.isascii()` is a flag test in CPython, so the surrogate search runs only on
+    non-ASCII text, and `x - x != 0` is true exactly for NaN and ±Infinity (bench/validation.py)."""
     if depth > MAX_DEPTH:
         return [], f"is nested more than {MAX_DEPTH} levels deep"
     if value.__class__ is dict:
@@ -253,23 +256,34 @@ def _scan(value: Any, depth: int) -> tuple[list[Any], str] | None:
     else:
         items = enumerate(value)
     for k, x in items:
-        if k.__class__ is str and ("\x00" in k or _SURROGATE.search(k)):
+        if k.__class__ is str and ("\x00" in k or (not k.isascii() and _SURROGATE.search(k))):
             return [k], f"(an object key) {_string_problem(k)}"
         cls = x.__class__
-        if cls is dict or cls is list:
+        if cls is str:
+            if "\x00" in x or (not x.isascii() and _SURROGATE.search(x)):
+                return [k], _string_problem(x) or ""
+        elif cls is dict or cls is list:
             found = _scan(x, depth + 1)
             if found is not None:
                 found[0].insert(0, k)
                 return found
-        elif cls is str or cls is int or cls is float:
-            message = _scalar_problem(x)
-            if message is not None:
-                return [k], message
+        elif cls is int:
+            if not -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
+                return [k], _scalar_problem(x) or ""
+        elif cls is float:
+            if x - x != 0:
+                return [k], _scalar_problem(x) or ""
+        elif cls is bool or x is None:
+            pass
         elif isinstance(x, dict | list):  # a subclass (never from json; from a Python caller)
             found = _scan(x, depth + 1)
             if found is not None:
                 found[0].insert(0, k)
                 return found
+        else:
+            message = _scalar_problem(x)
+            if message is not None:
+                return [k], message
     return None
 
 

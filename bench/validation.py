@@ -1,0 +1,84 @@
+"""What validating an event costs (traces/ingest/validation.py), in CPU time, beside the envelope parse.
+
+    .venv/bin/python bench/validation.py                 # mix (a) and mix (b) events of bench/ingest.py
+    .venv/bin/python bench/validation.py --rate 8500     # also: the share of mix (a)'s per-event CPU
+
+For the events of bench/ingest.py's mix (a) (small events of our runtime) and mix (b) (context decisions
+with 20–200 message decisions), times, per event, in one process (`time.process_time`, so other jobs on
+the machine count far less than in the end-to-end benchmark; median of 7 passes):
+
+1. `TraceEvent.from_dict`: the envelope check ingestion did before issue 10 (`check_event` was that);
+2. `check_event`: the whole validation (the walk over every value, then the envelope, the timestamp
+   range, ids and column widths) — what ingestion does now.
+
+The difference is what the validation added. With `--rate R` (mix (a)'s end-to-end events/s from
+bench/ingest.py on this machine), it is also given as a share of the CPU one event costs end to end
+on the machine's cores (gunicorn workers, PostgreSQL and the client share them): cores / R.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.test_settings")
+
+
+def per_event_us(fn: Any, items: list[Any], passes: int = 7) -> float:
+    times = []
+    for _ in range(passes):
+        t0 = time.process_time()
+        for item in items:
+            fn(item)
+        times.append(time.process_time() - t0)
+    return statistics.median(times) / len(items) * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=20_000, help="events of mix (a)")
+    ap.add_argument("--conversations", type=int, default=20, help="conversations of mix (b)")
+    ap.add_argument("--rate", type=float, help="mix (a) events/s end to end (bench/ingest.py), for the share")
+    args = ap.parse_args()
+    import django
+
+    django.setup()
+    from bench.ingest import conversation_run, small_run
+    from runtime._trace import TraceEvent
+    from traces.ingest import check_event
+
+    rng = random.Random(42)
+    mixes: dict[str, list[Any]] = {"a": [], "b": []}
+    while len(mixes["a"]) < args.events:
+        mixes["a"].extend(small_run(rng, 100))
+    for _ in range(args.conversations):
+        mixes["b"].extend(conversation_run(rng, 20)[0])
+    for name, events in mixes.items():
+        # As ingestion sees them: decoded from the JSON a producer sends.
+        items = [json.loads(json.dumps(e)) for e in events]
+        before = per_event_us(TraceEvent.from_dict, items)
+        after = per_event_us(check_event, items)
+        size = statistics.mean(len(json.dumps(e)) for e in events)
+        print(f"mix ({name}): {len(items):,} events of {size:,.0f} bytes on average")
+        print(f"    envelope only (before): {before:6.1f} µs/event")
+        print(f"    check_event (after):    {after:6.1f} µs/event  (+{after - before:.1f} µs)")
+        if name == "a" and args.rate:
+            cores = os.cpu_count() or 1
+            budget = cores / args.rate * 1e6
+            print(
+                f"    at {args.rate:,.0f} events/s on {cores} cores an event costs {budget:,.0f} µs of CPU end to end; "
+                f"the validation's share: {(after - before) / budget:.1%}"
+            )
+
+
+if __name__ == "__main__":
+    main()
