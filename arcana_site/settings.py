@@ -56,6 +56,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy on every response: only our own static files (arcana_site/security.py).
+    "arcana_site.security.ContentSecurityPolicyMiddleware",
+    # 400 for a NUL in the path or query string (nothing stored holds one; PostgreSQL refuses it).
+    "arcana_site.security.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -64,6 +68,12 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Login throttling (arcana_site/login.py): repeated failures lock the username and the address.
+AUTHENTICATION_BACKENDS = ["arcana_site.login.ThrottledModelBackend"]
+ARCANA_LOGIN_WINDOW_SECONDS = envint("ARCANA_LOGIN_WINDOW_SECONDS", default=900, minimum=1)
+ARCANA_LOGIN_MAX_FAILURES_PER_USER = envint("ARCANA_LOGIN_MAX_FAILURES_PER_USER", default=5, minimum=1)
+ARCANA_LOGIN_MAX_FAILURES_PER_ADDRESS = envint("ARCANA_LOGIN_MAX_FAILURES_PER_ADDRESS", default=20, minimum=1)
 
 ROOT_URLCONF = "arcana_site.urls"
 WSGI_APPLICATION = "arcana_site.wsgi.application"
@@ -239,12 +249,14 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+ARCANA_API_MAX_LIMIT = envint("ARCANA_API_MAX_LIMIT", default=500, minimum=1)
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # limit/offset, both bounded (ARCANA_API_MAX_LIMIT rows at most per request).
+    "DEFAULT_PAGINATION_CLASS": "traces.pagination.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # One error shape for every API error: {"error": ..., "detail": [...]}.

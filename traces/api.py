@@ -11,7 +11,7 @@ import functools
 import logging
 import tempfile
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -58,7 +58,7 @@ from traces.serializers import (
     TurnSerializer,
     UploadSerializer,
 )
-from traces.uploads import enqueue_upload
+from traces.uploads import clean_file_name, enqueue_upload
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,8 @@ def writable_project(request: Request, slug: str | None, team: str | None) -> Pr
         return key.project
     if not slug:
         raise exceptions.ValidationError({"project": "name the project (its slug) to upload to"})
+    if "\x00" in f"{slug}{team or ''}":  # no project is named so; PostgreSQL refuses NUL in a query
+        raise exceptions.ValidationError({"project": "a project slug or team name holds no NUL character"})
     qs = projects_for_user(request.user, Action.UPLOAD).filter(slug=slug).select_related("team")
     if team:
         qs = qs.filter(team__name=team)
@@ -318,7 +320,7 @@ class UploadListView(ChunkedBodyMixin, BaseView):
                 return error_response(400, "multipart body has no 'file' field")
             if upload.size is not None and upload.size > limit:
                 raise PayloadTooLarge(limit)
-            name = upload.name or "upload.jsonl"
+            name = clean_file_name(upload.name)  # NUL, `../`, 1,000 characters: cleaned, not a 500
             if not name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
                 return error_response(400, f"file must be .jsonl or .jsonl.gz, got {name!r}")
             return self._store(request, project, File(upload, name=name), name, upload.size or 0)
@@ -334,7 +336,9 @@ class UploadListView(ChunkedBodyMixin, BaseView):
             if size == 0:
                 return error_response(400, "empty body; send JSONL lines or a multipart 'file'")
             tmp.seek(0)
-            name = params.get("filename") or ("upload.jsonl.gz" if "gzip" in content_type else "upload.jsonl")
+            name = clean_file_name(
+                params.get("filename"), "upload.jsonl.gz" if "gzip" in content_type else "upload.jsonl"
+            )
             return self._store(request, project, File(tmp, name=name), name, size)
 
     def _store(self, request: Request, project: Project, file: File, name: str, size: int) -> Response:
@@ -372,7 +376,13 @@ class UploadDetailView(BaseView):
 def _parse_dt(value: str | None, name: str) -> datetime | None:
     if not value:
         return None
-    parsed = parse_datetime(value)
+    try:
+        parsed = parse_datetime(value)
+        # The database compares in UTC: a time that leaves years 1-9999 there is no time at all.
+        if parsed is not None and parsed.utcoffset() is not None:
+            parsed.astimezone(UTC)
+    except (ValueError, OverflowError):  # "2026-13-01T00:00", "9999-12-31T23:00-05:00"
+        parsed = None
     if parsed is None:
         raise exceptions.ValidationError({name: f"not an ISO-8601 date-time: {value!r}"})
     return parsed

@@ -29,8 +29,12 @@ class RunIdConverter:
 
     def to_python(self, value: str) -> str:
         # errors="replace": a stray non-UTF-8 sequence becomes U+FFFD instead of raising; such an id
-        # is never stored, so the lookup finds nothing and answers 404.
-        return unquote(value, errors="replace")
+        # is never stored, so the lookup finds nothing and answers 404. A NUL (from `%2500`) can match
+        # no stored id either, and PostgreSQL refuses it in a query: no match (404) at once.
+        run_id = unquote(value, errors="replace")
+        if "\x00" in run_id:
+            raise ValueError("a run id holds no NUL")
+        return run_id
 
     def to_url(self, value: str) -> str:
         return encode_run_id(str(value))

@@ -270,3 +270,34 @@ def sweep_uploads() -> dict[str, int]:
         enqueue_upload(pk)
         resent += 1
     return {"requeued": requeued, "failed": failed, "resent": resent}
+
+
+# --------------------------------------------------------------------------------------------------
+# File names
+
+#: The extensions an upload may have (checked after cleaning).
+UPLOAD_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson")
+_NAME_MAX = 120
+
+
+def clean_file_name(name: str | None, default: str = "upload.jsonl") -> str:
+    """An upload's file name made storable: the last path component only (no `../`, no folders), no
+    NUL or other control characters, lone surrogates replaced, no leading dots, at most 120 characters
+    with its extension kept. A name with nothing left becomes `default`.
+
+    >>> clean_file_name("../../etc/passwd.jsonl")
+    'passwd.jsonl'
+    >>> clean_file_name("a\\x00b.jsonl")
+    'ab.jsonl'
+    """
+    text = str(name or "")
+    # Lone surrogates (undecodable bytes in a multipart header) cannot be stored: "?" instead.
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    text = "".join(ch for ch in text if ch.isprintable() or ch == " ")
+    text = text.replace("\\", "/").rsplit("/", 1)[-1].strip().lstrip(".").strip()
+    if not text:
+        return default
+    if len(text) > _NAME_MAX:
+        suffix = next((s for s in UPLOAD_SUFFIXES if text.lower().endswith(s)), "")
+        text = text[: _NAME_MAX - len(suffix)].rstrip() + suffix
+    return text

@@ -42,6 +42,46 @@ def browser() -> Iterator[Any]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
+#: Every page reports what the Content-Security-Policy blocked (arcana_site/security.py) to its console.
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", function (e) {
+  console.error("CSP violation: " + e.violatedDirective + " blocked " + (e.blockedURI || "inline") +
+    " at " + e.sourceFile + ":" + e.lineNumber);
+});
+"""
+#: Console messages about the CSP, from every page of the module's browser (checked after each test).
+CSP_REPORTS: list[str] = []
+
+
+def _watch_csp(b: Any) -> None:
+    """Every context the tests open listens for CSP violations (blocked inline script or style, another
+    origin): the browser tests fail on any, so no page relies on something the policy forbids."""
+    original = b.new_context
+
+    def new_context(*args: Any, **kwargs: Any) -> Any:
+        context = original(*args, **kwargs)
+        context.add_init_script(CSP_LISTENER)
+
+        def on_console(msg: Any) -> None:
+            text = msg.text
+            if "CSP violation" in text or "Content Security Policy" in text:
+                CSP_REPORTS.append(f"{msg.location.get('url', '')}: {text}")
+
+        context.on("console", on_console)
+        return context
+
+    b.new_context = new_context
+
+
+@pytest.fixture(autouse=True)
+def no_csp_violations() -> Iterator[None]:
+    """After each browser test: nothing on any page was blocked by the Content-Security-Policy."""
+    CSP_REPORTS.clear()
+    yield
+    reports, CSP_REPORTS[:] = list(CSP_REPORTS), []
+    assert not reports, "the Content-Security-Policy blocked:\n" + "\n".join(reports)
+
+
 def _launch(sync_playwright: Any) -> Iterator[Any]:
     with sync_playwright() as p:
         b = p.chromium.launch(
@@ -57,6 +97,7 @@ def _launch(sync_playwright: Any) -> Iterator[Any]:
                 "--disable-quic",
             ],
         )
+        _watch_csp(b)
         yield b
         b.close()
 

@@ -177,3 +177,12 @@ def turn_url(run: Any, number: Any) -> str:
 def turn_live_url(run: Any, number: Any) -> str:
     """`{{ run|turn_live_url:n }}`: the steps fragment turn n's page polls while the run is live."""
     return str(run.turn_live_url(int(number)))
+
+
+@register.filter
+def pct_class(value: Any) -> str:
+    """A utilization as a width class, `pct-0` … `pct-100` (static/css/base.css), capped at 100: the
+    Content-Security-Policy allows no inline `style=` attribute, so bar widths are classes."""
+    if not isinstance(value, int | float):
+        return "pct-0"
+    return f"pct-{round(max(0.0, min(1.0, value)) * 100)}"
