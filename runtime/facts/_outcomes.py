@@ -166,8 +166,30 @@ def tool_results(sv: StepView) -> list[ToolResult]:
     `error: UNRECORDED_CALL`). Our events name the call they answer (`tool_call_id`); arcana-agent
     1.2's do not, so there calls are matched by name. Primitive calls are not listed here."""
     asked = requested_calls(sv)
+    out = _answered_calls(sv, asked)
+    position, free = _match_requests(sv, asked, out)
+    for i in free:
+        tc = asked[i]
+        out.append(
+            _result(
+                tool_call_id=_str(tc.get("id")),
+                name=_str(tc.get("name")) or "?",
+                arguments=tc.get("arguments"),
+                recorded=False,
+                error=UNRECORDED_CALL,
+                ok=False,
+                event=None,
+            )
+        )
+        position.append(i)
+    order = sorted(range(len(out)), key=lambda k: position[k])
+    return [out[k] for k in order]
+
+
+def _answered_calls(sv: StepView, asked: list[dict[str, Any]]) -> list[ToolResult]:
+    """The results the step's events record: its `tool_call` events, then our `error` events that
+    answer a call (an unknown tool)."""
     name_of = {tc.get("id"): _str(tc.get("name")) for tc in asked if isinstance(tc.get("id"), str)}
-    ours = sv.turn_event.is_ours if sv.turn_event is not None else any(ne.event.is_ours for ne in sv.events)
     out: list[ToolResult] = []
     for ev in sv.tool_calls:
         rec, md = _dict(ev.tool_call), ev.metadata
@@ -211,6 +233,16 @@ def tool_results(sv: StepView) -> list[ToolResult]:
                 event="error",
             )
         )
+    return out
+
+
+def _match_requests(
+    sv: StepView, asked: list[dict[str, Any]], out: list[ToolResult]
+) -> tuple[list[int], list[int]]:
+    """Each result's position among the calls the model `asked` for (`len(asked)` when none), and the
+    positions no tool, primitive or error event answers. Ours match by `tool_call_id`, arcana-agent
+    1.2's by name, in order."""
+    ours = sv.turn_event.is_ours if sv.turn_event is not None else any(ne.event.is_ours for ne in sv.events)
     position: list[int] = []
     free = list(range(len(asked)))
     if ours:
@@ -233,22 +265,7 @@ def tool_results(sv: StepView) -> list[ToolResult]:
             i = next((i for i in free if _str(asked[i].get("name")) == name), None)
             if i is not None:
                 free.remove(i)
-    for i in free:
-        tc = asked[i]
-        out.append(
-            _result(
-                tool_call_id=_str(tc.get("id")),
-                name=_str(tc.get("name")) or "?",
-                arguments=tc.get("arguments"),
-                recorded=False,
-                error=UNRECORDED_CALL,
-                ok=False,
-                event=None,
-            )
-        )
-        position.append(i)
-    order = sorted(range(len(out)), key=lambda k: position[k])
-    return [out[k] for k in order]
+    return position, free
 
 
 def unrecorded_calls(sv: StepView) -> list[str]:

@@ -109,8 +109,31 @@ def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
     iteration — its §3.5 rule), in creation order.
     """
     turn_list = list(turns)
-    found: dict[tuple[str | None, str], dict[str, Any]] = {}
-    for tv in turn_list:
+    found = _created_pins(turn_list)
+    _fill_pin_tokens(turn_list, found)
+    return [
+        PinLifetime(
+            pin_id=p["pin_id"],
+            label=p["label"],
+            content=p["content"],
+            tokens=p["tokens"],
+            created_turn=p["created_turn"],
+            until_turn=p["until_turn"],
+            unpinned_turn=p["unpinned_turn"],
+            agent=p["agent"],
+            created_step=p["created_step"],
+        )
+        for p in found.values()
+    ]
+
+
+_PinKey = tuple[str | None, str]  # (agent, pin_id)
+
+
+def _created_pins(turns: list[TurnView]) -> dict[_PinKey, dict[str, Any]]:
+    """The pins these turns create, as dicts in creation order, with their unpin turn."""
+    found: dict[_PinKey, dict[str, Any]] = {}
+    for tv in turns:
         for sv in tv.steps:
             for ev in sv.primitive_calls:
                 md = ev.metadata
@@ -146,8 +169,12 @@ def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
                 elif prim == "unpin" and result.get("unpinned") is True and key in found:
                     if found[key]["unpinned_turn"] is None:
                         found[key]["unpinned_turn"] = tv.turn
-    # Token counts from the working sets that rendered the pins.
-    for tv in turn_list:
+    return found
+
+
+def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]) -> None:
+    """Token counts of pins that have none yet, from the working sets that rendered them."""
+    for tv in turns:
         for sv in tv.steps:
             rows = _pinned_decisions(sv.context_decision)
             if not rows:
@@ -177,20 +204,6 @@ def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
                 for p, row in zip(rendered, unnamed, strict=True):
                     if p["tokens"] is None:
                         p["tokens"] = _int_or_none(row.get("token_count_after"))
-    return [
-        PinLifetime(
-            pin_id=p["pin_id"],
-            label=p["label"],
-            content=p["content"],
-            tokens=p["tokens"],
-            created_turn=p["created_turn"],
-            until_turn=p["until_turn"],
-            unpinned_turn=p["unpinned_turn"],
-            agent=p["agent"],
-            created_step=p["created_step"],
-        )
-        for p in found.values()
-    ]
 
 
 def active_pins(pins: Iterable[PinLifetime], turn: int) -> list[PinLifetime]:
