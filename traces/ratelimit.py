@@ -3,7 +3,8 @@
 `ARCANA_INGEST_RATE_LIMIT` requests per `ARCANA_INGEST_RATE_WINDOW_SECONDS` per key (0 turns it off).
 The count lives in the database, not in a process: every gunicorn worker (and every machine) shares it,
 and the embedded set-up needs no Redis. Each request costs one conditional UPDATE, which is atomic on
-SQLite and PostgreSQL alike, so two workers can never both take the last slot of a window.
+SQLite and PostgreSQL alike, so two workers can never both take the last slot of a window
+(`bench/ratelimit.py` prints what it costs).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import F
 from rest_framework.throttling import BaseThrottle
 
@@ -39,6 +41,16 @@ def hit(key: ApiKey, now: float | None = None) -> Verdict:
         return Verdict(True)
     now = time.time() if now is None else now
     current = int(now // window)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # A counter may lose its last increments in a crash; it need not wait for the WAL flush
+            # (the flush was most of the cost: ~5 ms of an ~8 ms ingest request on a busy disk).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        return _take_slot(key, current, limit, window, now)
+
+
+def _take_slot(key: ApiKey, current: int, limit: int, window: int, now: float) -> Verdict:
     slot = ApiKey.objects.filter(pk=key.pk, rate_window=current, rate_count__lt=limit)
     # 1. Same window, room left: take a slot.
     if slot.update(rate_count=F("rate_count") + 1):
