@@ -102,9 +102,8 @@ class IngestResult:
         }
         if self.rejected:
             n = len(self.results)
-            out["error"] = (
-                f"{self.rejected} of {n} event{'s' if n != 1 else ''} rejected; the others were stored"
-            )
+            rest = "nothing was stored" if self.rejected == n else "the others were stored"
+            out["error"] = f"{self.rejected} of {n} event{'s' if n != 1 else ''} rejected; {rest}"
             out["detail"] = [r.detail() for r in self.results if r.status == "rejected"]
         return out
 
