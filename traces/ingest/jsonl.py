@@ -169,6 +169,8 @@ def ingest_jsonl(
             for r in res.results:
                 if r.status == "rejected":
                     total.add_error(lines[r.index], r.error or "rejected", r.field)
+            # Lines that could not be read were added as they came; keep the list in file order.
+            total.line_errors.sort(key=lambda e: e.line)
             buf.clear()
             texts.clear()
             lines.clear()
