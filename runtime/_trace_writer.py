@@ -153,12 +153,18 @@ class _Budgets:
         self.tokens_used = 0
         self.time_ms = 0
         self.iterations_used = 0
+        # Steps begun in the run (all agents): the next step's 0-based LLM iteration, the number
+        # arcana-agent 1.2's CLI knows a step by (see `TraceWriter.emit`).
+        self.steps = 0
 
     def add(self, total_tokens: int, latency_ms: int) -> dict[str, Any]:
+        """Count one provider call; the envelope `budgets` of its `llm_call` event. `tokens_used` there is
+        the call's own tokens, not the running total: arcana-agent 1.2.0 sums `tokens_used` over a run's
+        events (its `get_summary`), so a running total would be counted many times over."""
         self.tokens_used += total_tokens
         self.time_ms += latency_ms
         self.iterations_used += 1
-        return self.snapshot()
+        return {**self.snapshot(), "tokens_used": total_tokens}
 
     def snapshot(self) -> dict[str, Any]:
         # Arcana's BudgetSnapshot keys. We have no price table, so cost stays 0.0 (not null: readers sum it).
@@ -178,12 +184,15 @@ class _Budgets:
             "tokens_used": self.tokens_used,
             "time_ms": self.time_ms,
             "iterations_used": self.iterations_used,
+            "steps": self.steps,
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
         self.tokens_used = int(data.get("tokens_used", 0))
         self.time_ms = int(data.get("time_ms", 0))
         self.iterations_used = int(data.get("iterations_used", 0))
+        # State saved before `steps` existed: one step per provider call is the closest count.
+        self.steps = int(data.get("steps", self.iterations_used))
 
 
 class TraceWriter:
@@ -209,6 +218,16 @@ class TraceWriter:
         # a turn re-run from saved state (a worker that died mid-turn) stores nothing twice.
         self.deterministic_ids = deterministic_ids
         self._seq: dict[tuple[int, int], int] = {}
+        self._iterations: dict[tuple[int, int], int] = {}
+
+    def iteration_of(self, turn: int, step: int) -> int:
+        """The run-wide 0-based LLM iteration of this agent's step (`turn`, `step`), assigned when the
+        step writes its first event."""
+        key = (turn, step)
+        if key not in self._iterations:
+            self._iterations[key] = self.budgets.steps
+            self.budgets.steps += 1
+        return self._iterations[key]
 
     def step_id_for(self, turn: int, step: int) -> str:
         """The id of step (`turn`, `step`)'s `turn` event: random, or derived from the run, agent, turn
@@ -247,10 +266,22 @@ class TraceWriter:
     ) -> TraceEvent | None:
         """Write one event. `metadata` keys come after producer/turn/step/source_agent; envelope
         fields (`model`, `llm_latency_ms`, `tool_call`, `budgets`, digests, `stop_reason`, ...) are
-        passed as keywords."""
+        passed as keywords.
+
+        Numbering (docs/trace-format.md): every event of a step carries our 1-based `console_turn` /
+        `console_step`, and `turn` / `step` as before, except where arcana-agent 1.2.0's CLI reads
+        its own 0-based LLM iteration: `metadata.turn` of `context_decision` and `prompt_snapshot`
+        (its `replay --turn N`) and `metadata.step` of `turn` events (`explain --turn N`, `flow`)."""
         if self.sink is None:
             return None
         md: dict[str, Any] = {"producer": PRODUCER, "turn": turn, "step": step}
+        if turn is not None and step is not None:
+            md["console_turn"], md["console_step"] = turn, step
+            iteration = self.iteration_of(turn, step)
+            if event_type in ("context_decision", "prompt_snapshot"):
+                md["turn"] = iteration
+            elif event_type == "turn":
+                md["step"] = iteration
         if self.source_agent is not None:
             md["source_agent"] = self.source_agent
         if metadata:

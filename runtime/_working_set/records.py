@@ -409,7 +409,9 @@ class ContextDecision:
         return {
             "context_decision": self.to_dict(),
             "explanation": self.explanation,
-            "compressed_count": self.compressed_count,
+            # arcana-agent 1.2.0's `show --context` prints this as "(K compressed)": count only the
+            # messages sent at a lower fidelity, not the dropped or summarized ones.
+            "compressed_count": sum(1 for d in self.decisions if d.outcome == "compressed"),
             "messages_in": self.messages_in,
             "messages_out": self.messages_out,
             "context_report": self.report.to_dict(),

@@ -13,7 +13,7 @@ Where each fact lives:
 
 | fact | names | module |
 |---|---|---|
-| turn / step / agent of an event; steps and turns | `normalize_events`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
+| turn / step / agent of an event; steps and turns | `normalize_events`, `our_position`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
 | a step's model | `step_model` | `_events` |
 | bundles and delegation | `run_links`, `RunLinks` | `_events` |
 | pin lifetimes; the active rule; Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
@@ -34,6 +34,7 @@ from ._events import (
     TurnView,
     build_steps,
     normalize_events,
+    our_position,
     producer_of,
     run_links,
     step_model,
@@ -103,6 +104,7 @@ __all__ = [
     "event_primitive_outcome",
     "is_pinned_row",
     "normalize_events",
+    "our_position",
     "pin_active_at",
     "pin_lifetimes",
     "pinned_blocks",

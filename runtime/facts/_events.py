@@ -77,10 +77,23 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def our_position(ev: TraceEvent) -> tuple[int | None, int | None]:
+    """(turn, step) of an event of our runtime, 1-based: `metadata.console_turn` / `console_step`, or in
+    files written before those keys existed `metadata.turn` / `step` (which now hold arcana-agent 1.2's
+    0-based iteration on `context_decision`, `prompt_snapshot` and `turn` events). (None, None) for an
+    event outside any step or not ours."""
+    if not ev.is_ours:
+        return None, None
+    md = ev.metadata
+    if "console_turn" in md:
+        return _int_or_none(md.get("console_turn")), _int_or_none(md.get("console_step"))
+    return _int_or_none(md.get("turn")), _int_or_none(md.get("step"))
+
+
 def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
     """Give every event its 1-based turn, step and agent, keeping the input order.
 
-    1. Ours (`metadata.producer == "arcana-console"`): `metadata.turn` / `metadata.step`.
+    1. Ours (`metadata.producer == "arcana-console"`): `our_position`.
     2. `turn` events of Arcana 1.2: turn = `metadata.step + 1` (0-based iteration), step 1.
     3. Other Arcana events: the turn event their `parent_step_id` names; failing that (a send that
        died before its first turn event) `metadata.turn + 1` of a context decision / prompt snapshot.
@@ -94,7 +107,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
         if ev.event_type != "turn":
             continue
         if ev.is_ours:
-            turn, step = _int_or_none(ev.metadata.get("turn")), _int_or_none(ev.metadata.get("step"))
+            turn, step = our_position(ev)
             if turn is not None:
                 spine[ev.step_id] = (turn, step or 1, ev.source_agent)
         else:
@@ -109,9 +122,9 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
         turn = step = None  # int | None, as in the loop above
         agent = ev.source_agent
         key: str | None = None
-        if ev.is_ours and _int_or_none(ev.metadata.get("turn")) is not None:
-            turn = _int_or_none(ev.metadata.get("turn"))
-            step = _int_or_none(ev.metadata.get("step")) or 1
+        if ev.is_ours and our_position(ev)[0] is not None:
+            turn, step = our_position(ev)
+            step = step or 1
             key = ev.step_id if ev.event_type == "turn" else ev.parent_step_id
             if key is None or (key not in spine and ev.event_type != "turn"):
                 key = f"{agent or ''}#{turn}.{step}"

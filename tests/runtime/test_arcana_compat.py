@@ -11,6 +11,7 @@ import os
 import subprocess
 import venv
 from pathlib import Path
+from re import findall as re_findall
 
 import pytest
 
@@ -108,3 +109,79 @@ def test_it_uses_the_released_reference_cli(reference_cli: Path) -> None:
     code = "import importlib.metadata as m; print(m.version('arcana-agent'))"
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "1.2.0", out.stderr
+
+
+def _arcana_any(cli: Path, *args: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
+    env["COLUMNS"] = "200"
+    result = subprocess.run([str(cli), "trace", *args], capture_output=True, text=True, timeout=120, env=env)
+    assert "Traceback" not in result.stderr
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_the_reference_cli_gives_right_answers_on_our_files(
+    reference_cli: Path, demo_traces: tuple[Path, dict[str, str]]
+) -> None:
+    """arcana-agent 1.2.0 knows a step by its 0-based LLM iteration (`context_decision.metadata.turn`,
+    `turn.metadata.step`); our files write it there, so each number names one step, the same one in
+    replay, explain and flow, in file order."""
+    from runtime import facts
+    from runtime._trace_reader import TraceReader
+
+    trace_dir, runs = demo_traces
+    rid = runs["chat"]
+    reader = TraceReader(trace_dir)
+    steps = [sv for tv in reader.turns(rid) for sv in tv.steps]
+    assert len(reader.turns(rid)) == 5 and len(steps) == 9
+
+    code, out = _arcana_any(reference_cli, "replay", rid, "--dir", str(trace_dir))
+    assert code == 2 and "Available turns: 0, 1, 2, 3, 4, 5, 6, 7, 8" in out
+    for k, sv in enumerate(steps):
+        decision = sv.context_decision.metadata["context_decision"]  # type: ignore[union-attr]
+        replay = _arcana(reference_cli, "replay", rid, "--turn", str(k), "--dir", str(trace_dir))
+        assert replay.splitlines()[0].startswith(f"run {rid} | turn {k} | strategy={decision['strategy']}")
+        assert f"messages: {decision['messages_in']} → {decision['messages_out']}," in replay
+        explain = _arcana(reference_cli, "explain", rid, "--turn", str(k), "--dir", str(trace_dir))
+        assert f"step_id={sv.step_id}" in explain and explain.startswith(f"Turn {k} — run {rid}")
+
+    flow = _arcana(reference_cli, "flow", rid, "--dir", str(trace_dir))
+    assert f"· {len(steps)} turns" in flow
+    labels = [line.split()[1] for line in flow.splitlines() if line.startswith("  Turn ")]
+    assert labels == [str(k) for k in range(len(steps))]  # in order
+    forecast = next(k for k, sv in enumerate(steps) if sv.tool_calls)
+    after = flow.split(f"  Turn {forecast}")[1].split("  Turn ")[0]
+    assert "get_forecast" in after
+
+    # show --context: "(K compressed)" counts messages sent at a lower fidelity, not dropped ones.
+    context = _arcana(reference_cli, "show", rid, "--context", "--dir", str(trace_dir))
+    shown = [int(n) for n in re_findall(r"\((\d+) compressed\)", context)]
+    expected = [
+        c.compressed
+        for sv in steps
+        if (c := facts.decision_counts(sv.context_decision.metadata["context_decision"])).compressed  # type: ignore[union-attr]
+    ]
+    assert shown == expected
+
+    # Its summary sums `budgets.tokens_used` over the events: the run's true token total.
+    python = reference_cli.parent / "python"
+    code_ = f"from arcana.trace.reader import TraceReader; print(TraceReader({str(trace_dir)!r}).get_summary({rid!r})['total_tokens'])"
+    total = subprocess.run([str(python), "-c", code_], capture_output=True, text=True, timeout=60)
+    usage = sum(e.metadata["usage"]["total_tokens"] for e in reader.events(rid) if e.event_type == "llm_call")
+    assert int(total.stdout) == usage
+
+
+def test_the_reference_cli_replays_each_pool_agent_by_its_own_steps(
+    reference_cli: Path, demo_traces: tuple[Path, dict[str, str]]
+) -> None:
+    from runtime._trace_reader import TraceReader
+
+    trace_dir, runs = demo_traces
+    reader = TraceReader(trace_dir)
+    order = [(ne.agent, ne.turn, ne.step) for ne in reader.normalized(runs["pool"])]
+    first_seen = list(dict.fromkeys(k for k in order if k[1] is not None))
+    for agent in reader.agents(runs["pool"]):
+        mine = [k for k, key in enumerate(first_seen) if key[0] == agent]
+        code, out = _arcana_any(
+            reference_cli, "replay", runs["pool"], "--agent", agent, "--dir", str(trace_dir)
+        )
+        assert code == 2 and f"Available turns: {', '.join(map(str, mine))}" in out

@@ -510,7 +510,7 @@ def test_the_summary_call_is_traced_as_an_llm_call_of_its_step(openai_server: An
     assert (reply.turn, reply.content) == (2, "Dana.")
     events = read_events(tmp_path)
     summary_call, chat_call = [e for e in of_type(events, "llm_call") if e["metadata"]["turn"] == 2]
-    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["turn"] == 2][0]
+    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["console_turn"] == 2][0]
     assert summary_call["metadata"]["purpose"] == "summarize" and chat_call["metadata"]["purpose"] == "chat"
     assert summary_call["parent_step_id"] == decision["parent_step_id"] == chat_call["parent_step_id"]
     assert summary_call["metadata"]["step"] == 1 and summary_call["metadata"]["usage"]["total_tokens"] > 0
@@ -529,7 +529,7 @@ def test_a_failed_summary_call_writes_an_error_event_and_the_turn_goes_on(
     assert (reply.turn, reply.content, reply.outcome) == (2, "Dana.", "answered")
     events = read_events(tmp_path)
     [error] = of_type(events, "error")
-    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["turn"] == 2][0]
+    decision = [e for e in of_type(events, "context_decision") if e["metadata"]["console_turn"] == 2][0]
     md = error["metadata"]
     assert (md["error"], md["error_category"], md["purpose"], md["status_code"]) == (
         "ProviderHTTPError",

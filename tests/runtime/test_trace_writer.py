@@ -194,8 +194,12 @@ def test_every_event_is_a_valid_envelope_with_producer_turn_and_step(tmp_path: P
         assert_arcana_valid(e)
         md = e["metadata"]
         assert md["producer"] == PRODUCER
-        assert isinstance(md["turn"], int) and md["turn"] >= 1
-        assert isinstance(md["step"], int) and md["step"] >= 1
+        assert isinstance(md["console_turn"], int) and md["console_turn"] >= 1
+        assert isinstance(md["console_step"], int) and md["console_step"] >= 1
+        # Where arcana-agent 1.2.0's CLI reads its own numbers: the run-wide 0-based LLM iteration.
+        arcana_key = {"context_decision": "turn", "prompt_snapshot": "turn", "turn": "step"}.get(e["event_type"])
+        for key in ("turn", "step"):
+            assert isinstance(md[key], int) and md[key] >= (0 if key == arcana_key else 1)
         assert "source_agent" not in md  # a plain chat has one unnamed agent
 
 
@@ -212,7 +216,13 @@ def test_file_order_and_parent_links_per_step(tmp_path: Path) -> None:
     conversation(tmp_path, snapshots=True)
     events = read_events(tmp_path)
     turns = of_type(events, "turn")
-    assert [(t["metadata"]["turn"], t["metadata"]["step"]) for t in turns] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert [(t["metadata"]["console_turn"], t["metadata"]["console_step"]) for t in turns] == [
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 2),
+    ]
+    assert [t["metadata"]["step"] for t in turns] == [0, 1, 2, 3]  # arcana-agent 1.2's iteration
     # The spine: each turn event's parent is the previous step's turn event.
     assert turns[0]["parent_step_id"] is None
     assert [t["parent_step_id"] for t in turns[1:]] == [t["step_id"] for t in turns[:-1]]
@@ -221,12 +231,14 @@ def test_file_order_and_parent_links_per_step(tmp_path: Path) -> None:
     for e in events:
         if e["event_type"] != "turn":
             parent = by_id[e["parent_step_id"]]
-            assert (parent["metadata"]["turn"], parent["metadata"]["step"]) == (
-                e["metadata"]["turn"],
-                e["metadata"]["step"],
+            assert (parent["metadata"]["console_turn"], parent["metadata"]["console_step"]) == (
+                e["metadata"]["console_turn"],
+                e["metadata"]["console_step"],
             )
     # Order within the first step: decision, snapshot, turn, llm_call, primitive, tool.
-    first = [e["event_type"] for e in events if (e["metadata"]["turn"], e["metadata"]["step"]) == (1, 1)]
+    first = [
+        e["event_type"] for e in events if (e["metadata"]["console_turn"], e["metadata"]["console_step"]) == (1, 1)
+    ]
     assert first == [
         "context_decision",
         "prompt_snapshot",
@@ -272,8 +284,10 @@ def test_llm_call_events_have_usage_latency_and_running_budget_totals(tmp_path: 
         assert set(md["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens"}
         assert isinstance(md["latency_ms"], int) and e["llm_latency_ms"] == md["latency_ms"]
         running += md["usage"]["total_tokens"]
-        assert e["budgets"]["tokens_used"] == running and e["budgets"]["iterations_used"] == i
+        # tokens_used: the call's own tokens (arcana-agent 1.2.0 sums it over the run's events).
+        assert e["budgets"]["tokens_used"] == md["usage"]["total_tokens"] and e["budgets"]["iterations_used"] == i
         assert e["llm_request_digest"] and e["llm_response_digest"]
+    assert sum(e["budgets"]["tokens_used"] for e in calls_) == running
 
 
 def test_context_decision_metadata_shape(tmp_path: Path) -> None:
@@ -290,7 +304,10 @@ def test_context_decision_metadata_shape(tmp_path: Path) -> None:
         assert {"utilization", "fidelity_distribution", "tokens_by_layer", "encoding"} <= set(
             md["context_report"]
         )
-        assert md["context_decision"]["turn"] == md["turn"] and md["context_decision"]["step"] == md["step"]
+        assert (md["context_decision"]["turn"], md["context_decision"]["step"]) == (
+            md["console_turn"],
+            md["console_step"],
+        )
     # One decision per input message (+ one per pin block).
     last = ours[-1]["metadata"]["context_decision"]
     assert len(last["decisions"]) == last["messages_in"] + sum(
@@ -406,13 +423,14 @@ def test_writer_stamps_cannot_be_overwritten_by_metadata() -> None:
     w = TraceWriter(CallableSink(got.append), "r").for_agent("planner")
     w.emit("turn", turn=3, step=2, metadata={"turn": 99, "producer": "x", "source_agent": "y", "k": 1})
     md = got[0]["metadata"]
-    assert (md["producer"], md["turn"], md["step"], md["source_agent"], md["k"]) == (
+    assert (md["producer"], md["console_turn"], md["console_step"], md["source_agent"], md["k"]) == (
         PRODUCER,
         3,
         2,
         "planner",
         1,
     )
+    assert (md["turn"], md["step"]) == (3, 0)  # a turn event's `step` is the 0-based LLM iteration
 
 
 def test_a_disabled_writer_writes_nothing() -> None:

@@ -18,6 +18,7 @@ from runtime.facts import (
     decision_counts,
     decision_rows,
     normalize_events,
+    our_position,
     pin_lifetimes,
     pinned_blocks,
     primitive_outcome,
@@ -37,14 +38,13 @@ from traces.models import (
 
 
 def local_turn(ev: TraceEvent) -> int | None:
-    """The turn of one of our runtime's events (`metadata.turn`, fixed whatever else arrives), else None.
+    """The turn of one of our runtime's events (`runtime.facts.our_position`, fixed whatever else
+    arrives), else None.
 
     Such an event belongs to turn (agent, turn) on its own; Arcana events find their turn through
     other events, so runs holding any are always projected whole."""
-    if not ev.is_ours:
-        return None
-    turn = ev.metadata.get("turn")
-    return turn if type(turn) is int and 0 <= turn < 2**31 else None
+    turn, _ = our_position(ev)
+    return turn if turn is not None and 0 <= turn < 2**31 else None
 
 
 def _parse_stored(raw: str) -> TraceEvent:
