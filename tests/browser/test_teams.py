@@ -87,7 +87,7 @@ def test_hostile_strings_on_team_pages_stay_text(
     team = teams.do_create_team(HOSTILE["script"], alice)
     hostile_project = teams.do_create_project(team, alice, "hostile", HOSTILE["img"])
     teams.do_create_api_key(hostile_project, alice, HOSTILE["js"], "ingest")
-    teams.do_create_invite(team, alice, "viewer", note=HOSTILE["template"])
+    _, invite_token = teams.do_create_invite(team, alice, "viewer", note=HOSTILE["template"])
     # Run ids may hold anything but "/" and control characters.
     run_ids = [v for v in HOSTILE.values() if "/" not in v] + ["<script>alert('team-xss-4')<script>"]
     for value in run_ids:
@@ -130,6 +130,20 @@ def test_hostile_strings_on_team_pages_stay_text(
     assert HOSTILE["js"] in page.locator("#keys").inner_text()
     # The header switcher lists the hostile team name as an option's text.
     assert HOSTILE["script"] in page.locator("#team-switcher-select").inner_text()
+    # A team typed into the form: the flash message and the pages it leads to show the name as text.
+    page.goto(f"{live_server.url}/teams")
+    page.fill("#team-name", HOSTILE["img"])
+    page.click("text=Create team")
+    page.locator(".flash", has_text=HOSTILE["img"]).wait_for()
+    assert page.locator("img[src=x]").count() == 0
+    assert HOSTILE["img"] in page.locator("h1").inner_text()
+    # The invite page a stranger opens names the (hostile) team and inviter as text.
+    stranger = browser.new_context(viewport=LAPTOP).new_page()
+    stranger.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    stranger.goto(f"{live_server.url}/invite/{invite_token}")
+    assert HOSTILE["script"] in stranger.locator("h1").inner_text()
+    assert stranger.evaluate("document.querySelectorAll('script:not([src])').length") == 0
+    shoot(stranger, "team-hostile-invite-laptop")
     assert dialogs == []
 
     # Phone width: the team pages still fit.
