@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, TypedDict
 
 from django.conf import settings
@@ -365,22 +367,67 @@ class Run(models.Model):
     def _url_kwargs(self) -> dict[str, Any]:
         return {"project_id": self.project_id, "run_id": self.run_id}
 
+    def delegated_by_url(self) -> str:
+        """The page of the run that delegated this one ("" when none), whether or not it is stored."""
+        return run_page_url(self.project_id, self.delegated_by_run_id) if self.delegated_by_run_id else ""
+
+    @cached_property
+    def related_runs(self) -> RelatedRuns:
+        """The runs linked to this one (`runtime.facts.run_links`), in one query: the runs of its
+        sub-agent bundle in start order (itself included), the run that delegated it, and the runs it
+        delegated. arcana-agent 1.2 writes one run per send, so these links are what ties them."""
+        q = Q(delegated_by_run_id=self.run_id)
+        if self.bundle_id:
+            q |= Q(bundle_id=self.bundle_id)
+        if self.delegated_by_run_id:
+            q |= Q(run_id=self.delegated_by_run_id)
+        runs = list(
+            Run.objects.filter(project_id=self.project_id)
+            .filter(q)
+            .order_by(models.F("started_at").asc(nulls_last=True), "run_id")
+            .only("id", "project_id", "run_id", "agents", "status", "errors", "started_at", "bundle_id", "delegated_by_run_id")
+        )
+        return RelatedRuns(
+            bundle=[r for r in runs if self.bundle_id and r.bundle_id == self.bundle_id],
+            delegated_by=next((r for r in runs if r.run_id == self.delegated_by_run_id), None),
+            delegated=[r for r in runs if r.delegated_by_run_id == self.run_id],
+        )
+
     def raw_events(self) -> QuerySet[Event]:
         """The run's raw events, oldest first."""
         return Event.objects.filter(project_id=self.project_id, run_id=self.run_id).order_by(
             "timestamp", "step_id"
         )
 
-    def active_pins_at(self, turn: int, agent: str | None = None) -> QuerySet[Pin]:
-        """Pins in effect at `turn` (DESIGN.md §1): created ≤ t, not unpinned before t (an unpin in turn
-        t still counts: the pin was rendered in that turn's steps), `until_turn` null or ≥ t."""
-        qs = self.pins.filter(created_turn__lte=turn).filter(
-            Q(unpinned_turn__isnull=True) | Q(unpinned_turn__gte=turn)
-        )
-        qs = qs.filter(Q(until_turn__isnull=True) | Q(until_turn__gte=turn))
+    def active_pins_at(self, turn: int, agent: str | None = None) -> list[Pin]:
+        """Pins in effect at `turn`, in creation order, by the one rule of DESIGN.md §1
+        (`Pin.is_active_at`, i.e. `runtime.facts.pin_active_at`); the query only skips later pins."""
+        qs = self.pins.filter(created_turn__lte=turn)
         if agent is not None:
             qs = qs.filter(agent=agent)
-        return qs.order_by("created_turn", "created_step", "id")
+        return [p for p in qs.order_by("created_turn", "created_step", "id") if p.is_active_at(turn)]
+
+
+@dataclass
+class RelatedRuns:
+    """See `Run.related_runs`. `agents`: the bundle's agents, in the order their runs started."""
+
+    bundle: list[Run] = field(default_factory=list)
+    delegated_by: Run | None = None
+    delegated: list[Run] = field(default_factory=list)
+
+    @property
+    def agents(self) -> list[str]:
+        seen: list[str] = []
+        for r in self.bundle:
+            for a in r.agents or []:
+                if a not in seen:
+                    seen.append(a)
+        return seen
+
+    @property
+    def any(self) -> bool:
+        return bool(self.bundle or self.delegated_by or self.delegated)
 
 
 class TurnDict(TypedDict):
@@ -677,7 +724,7 @@ class Pin(models.Model):
         return f"{self.pin_id} ({self.label})"
 
     def is_active_at(self, turn: int) -> bool:
-        """DESIGN.md §1, the same rule as `Run.active_pins_at` puts in SQL."""
+        """DESIGN.md §1: `runtime.facts.pin_active_at`, the one statement of the rule."""
         return pin_active_at(self.created_turn, self.until_turn, self.unpinned_turn, turn)
 
 

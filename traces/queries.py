@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import QueryDict
 
+from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
 from traces.models import (
     ContextDecision,
     MessageDecisionDict,
@@ -168,32 +169,12 @@ def outcome_label(d: MessageDecisionDict | dict[str, Any]) -> str:
 
 
 def is_pin_decision(d: MessageDecisionDict | dict[str, Any]) -> bool:
-    return bool(d.get("pinned")) or d.get("reason") == "pinned"
+    return is_pinned_row(d)
 
 
 def primitive_summary(ev: PrimitiveEvent) -> str:
-    """One line in the style of `arcana trace show --cognitive` (docs: the seed's CLI filters)."""
-    args = ev.args if isinstance(ev.args, dict) else {}
-    result = ev.result if isinstance(ev.result, dict) else {}
-    if result.get("error"):
-        return f"{ev.primitive} error={result.get('error')}"
-    if ev.primitive == "recall":
-        turn = args.get("turn", result.get("turn"))
-        include = args.get("include")
-        extra = f" include={include}" if include and include != "all" else ""
-        if result.get("found"):
-            n = len(result.get("messages") or [])
-            return f"recall turn={turn}{extra} → {n} message{'s' if n != 1 else ''}"
-        return f"recall turn={turn}{extra} → {result.get('note') or 'not found'}"
-    if ev.primitive == "pin":
-        if result.get("pinned"):
-            again = " (already pinned)" if result.get("already_pinned") else ""
-            return f"pin pin_id={result.get('pin_id')} label={result.get('label')!r}{again}"
-        return f"pin REJECTED reason={result.get('reason')}"
-    if ev.primitive == "unpin":
-        pin_id = args.get("pin_id", result.get("pin_id"))
-        return f"unpin pin_id={pin_id} {'ok' if result.get('unpinned') else '(unknown id)'}"
-    return ev.note or ev.primitive
+    """The call's one line, in the wording the CLI prints too (`runtime.facts.primitive_outcome`)."""
+    return primitive_outcome(ev.primitive, ev.args, ev.result).line
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -336,9 +317,9 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
                 pin_k += 1
                 pin_id = d.get("pin_id")
                 if not pin_id:
+                    # Rows stored before ingestion named Arcana's pinned blocks (rebuild_projections).
                     if active is None:
-                        count = sum(1 for x in mds if is_pin_decision(x))
-                        active = rendered_pins(pins, turn_number, count)
+                        active = rendered_pins(pins, turn_number)
                     pin_id = active[pin_k - 1].pin_id if pin_k <= len(active) else f"#{pin_k}"
                 key: tuple[int, Any] = (1, pin_id)
                 if key not in row_meta:
@@ -429,24 +410,6 @@ def _cell_title(row_title: str, d: dict[str, Any]) -> str:
         f"{f', relevance {rel:.2f}' if isinstance(rel, int | float) else ''}"
         f"\nreason: {d.get('reason') or '—'}"
     )
-
-
-def rendered_pins(pins: Sequence[Pin], turn: int, count: int) -> list[Pin]:
-    """The pins a step's `count` pinned blocks stand for, in render (creation) order.
-
-    Arcana 1.2 names no pin in its decisions, and renders a pin with `until_turn = u` one LLM call
-    longer than DESIGN.md's rule (reference §7.3). So: the pins active at `turn`; if the step rendered
-    more blocks than that, also the pins that expired just before it."""
-    strict = [p for p in pins if p.is_active_at(turn)]
-    if count <= len(strict):
-        return strict
-    return [
-        p
-        for p in pins
-        if p.created_turn <= turn
-        and (p.unpinned_turn is None or p.unpinned_turn >= turn)
-        and (p.until_turn is None or p.until_turn >= turn - 1)
-    ]
 
 
 def _cell(start: tuple[int, str, str], end_col: int, x0: float, cw: float, y: float, ch: float) -> MapCell:
@@ -725,7 +688,7 @@ def keyed_decisions(
     mds: Sequence[dict[str, Any]], pins: Sequence[Pin] = (), turn: int = 0
 ) -> dict[tuple[int, Any], dict[str, Any]]:
     """Decisions keyed by message index, or by pin id for pinned blocks (resolved as in the map)."""
-    rendered = rendered_pins(pins, turn, sum(1 for d in mds or [] if is_pin_decision(d))) if pins else []
+    rendered = rendered_pins(pins, turn) if pins else []
     out: dict[tuple[int, Any], dict[str, Any]] = {}
     pin_k = 0
     for d in mds or []:
@@ -743,10 +706,11 @@ def decision_rows(
 ) -> list[DecisionRow]:
     """The decision table of one step, with [PIN] rows resolved to their pin and changes flagged.
 
-    `pins` are all the agent's pins; Arcana pin blocks (no pin_id) resolve through `rendered_pins`."""
+    `pins` are all the agent's pins. Ingestion stores pinned rows at their real index with their pin
+    (`runtime.facts.pinned_blocks`); rows stored before that resolve through `rendered_pins`."""
     prev = keyed_decisions(previous, pins, turn - 1) if previous is not None else None
     pins_by_id = {p.pin_id: p for p in pins}
-    active_pins = rendered_pins(pins, turn, sum(1 for d in mds or [] if is_pin_decision(d)))
+    active_pins = rendered_pins(pins, turn)
     rows = []
     pin_k = 0
     for d in mds or []:

@@ -31,7 +31,7 @@ def test_it_filters_active_pins_by_agent(project: Project) -> None:
     Pin.objects.create(run=run, agent="a", pin_id="p_1", created_turn=1)
     b = Pin.objects.create(run=run, agent="b", pin_id="p_1", created_turn=1)
     assert list(run.active_pins_at(1, agent="b")) == [b]
-    assert run.active_pins_at(1).count() == 2
+    assert len(run.active_pins_at(1)) == 2
 
 
 def test_it_serializes_a_turn(project: Project) -> None:

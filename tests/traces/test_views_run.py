@@ -102,8 +102,9 @@ def test_it_lists_cognitive_events_like_the_cli(samples: Project, alice_client: 
     assert PrimitiveEvent.objects.filter(run__run_id=PIN_RUN).count() == len(r.context["primitives"]) == 9
     assert "recall turn=2 → 2 messages" in html
     assert "recall turn=999 → turn out of range: 999, max=4" in html
-    assert "pin REJECTED reason=pin_budget_exceeded" in html
-    assert "unpin pin_id=p_00000000 (unknown id)" in html
+    # The one wording of runtime.facts.primitive_outcome, as the CLI prints it.
+    assert "pin REJECTED pin_budget_exceeded (40+4325 &gt; 3500)" in html
+    assert "unpin pin_id=p_00000000 unknown id" in html
     assert re.search(rf'href="{run_path(PIN_RUN)}/turns/5#step-1">turn 5', html)
 
 
