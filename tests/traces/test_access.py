@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -143,6 +145,7 @@ class Case:
     data: Callable[[World], Any] | None = None
     json: bool = False  # send `data` as a JSON body (the API); else as a form
     note: str = ""
+    query: Callable[[World], dict[str, Any]] | None = None  # the query string (the compare page's runs)
 
 
 def E(
@@ -187,6 +190,12 @@ def none(w: World) -> dict[str, Any]:
     return {}
 
 
+def two_runs(w: World) -> dict[str, Any]:
+    """The compare page's query: the team's run against itself (`<project_id>:<run_id>`)."""
+    ref = f"{w.project.pk}:{w.run.run_id}"
+    return {"a": ref, "b": ref}
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -209,14 +218,12 @@ TABLE: dict[str, list[Case]] = {
     "admin/": [Case("GET", none, E(302, 302, 302, 302, 302, 302), note="staff only; nobody here is staff")],
     # Runs, turns and their fragments
     "": [Case("GET", none, OWN_SCOPE_PAGE)],
-    "projects/<int:project_id>/runs/<run_id:run_id>": [Case("GET", run_kw, PAGE_READ)],
-    "projects/<int:project_id>/runs/<run_id:run_id>/live": [Case("GET", run_kw, PAGE_READ)],
-    "projects/<int:project_id>/runs/<run_id:run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
-    "projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>": [Case("GET", turn_kw, PAGE_READ)],
-    "projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>/live": [
-        Case("GET", turn_kw, PAGE_READ)
-    ],
-    "runs/<run_id:run_id>": [
+    "projects/<project_id>/runs/<run_id>": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/live": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/turns/<number>/live": [Case("GET", turn_kw, PAGE_READ)],
+    "runs/<run_id>": [
         Case(
             "GET",
             lambda w: {"run_id": w.run.run_id},
@@ -224,10 +231,10 @@ TABLE: dict[str, list[Case]] = {
             note="redirects members",
         )
     ],
-    "runs/<run_id:run_id>/turns/<int:number>": [
+    "runs/<run_id>/turns/<number>": [
         Case("GET", lambda w: {"run_id": w.run.run_id, "number": 1}, E(302, 404, 302, 302, 302, 302))
     ],
-    "projects/<int:project_id>/runs/<run_id:run_id>/delete": [
+    "projects/<project_id>/runs/<run_id>/delete": [
         Case(
             "POST",
             lambda w: {"project_id": w.project.pk, "run_id": w.fresh_run().run_id},
@@ -244,8 +251,8 @@ TABLE: dict[str, list[Case]] = {
     "teams/switch": [
         Case("POST", none, E(302, 404, 302, 302, 302, 302), data=lambda w: {"team": str(w.team.pk)}),
     ],
-    "teams/<int:team_id>/members": [Case("GET", team_kw, PAGE_READ)],
-    "teams/<int:team_id>/members/<int:membership_id>/role": [
+    "teams/<team_id>/members": [Case("GET", team_kw, PAGE_READ)],
+    "teams/<team_id>/members/<membership_id>/role": [
         Case(
             "POST",
             lambda w: {"team_id": w.team.pk, "membership_id": w.fresh_member().pk},
@@ -253,30 +260,30 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"role": "member"},
         ),
     ],  # fmt: skip
-    "teams/<int:team_id>/members/<int:membership_id>/remove": [
+    "teams/<team_id>/members/<membership_id>/remove": [
         Case(
             "POST",
             lambda w: {"team_id": w.team.pk, "membership_id": w.fresh_member().pk},
             E(302, 404, 403, 403, 302, 302),
         ),
     ],  # fmt: skip
-    "teams/<int:team_id>/invites": [
+    "teams/<team_id>/invites": [
         Case("POST", team_kw, E(302, 404, 403, 403, 302, 302), data=lambda w: {"role": "viewer"}),
     ],
-    "teams/<int:team_id>/invites/<int:invite_id>/revoke": [
+    "teams/<team_id>/invites/<invite_id>/revoke": [
         Case(
             "POST",
             lambda w: {"team_id": w.team.pk, "invite_id": w.fresh_invite().pk},
             E(302, 404, 403, 403, 302, 302),
         ),
     ],  # fmt: skip
-    "teams/<int:team_id>/projects": [
+    "teams/<team_id>/projects": [
         Case("GET", team_kw, PAGE_READ),
         Case(
             "POST", team_kw, E(302, 404, 403, 403, 302, 302), data=lambda w: {"slug": f"p-{next(w.counter)}"}
         ),
     ],
-    "teams/<int:team_id>/projects/<int:project_id>": [
+    "teams/<team_id>/projects/<project_id>": [
         Case("GET", project_kw, E(302, 404, 403, 403, 200, 200)),
         Case(
             "POST",
@@ -285,7 +292,7 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"slug": "alpha-app", "name": "Alpha app", "retention_days": ""},
         ),
     ],  # fmt: skip
-    "teams/<int:team_id>/projects/<int:project_id>/delete": [
+    "teams/<team_id>/projects/<project_id>/delete": [
         Case(
             "POST",
             lambda w: {"team_id": w.team.pk, "project_id": (p := w.fresh_project()).pk, "_slug": p.slug},
@@ -293,7 +300,7 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"confirm": w.__dict__.get("_slug", "")},
         ),
     ],  # fmt: skip
-    "teams/<int:team_id>/projects/<int:project_id>/keys": [
+    "teams/<team_id>/projects/<project_id>/keys": [
         Case(
             "POST",
             project_kw,
@@ -301,13 +308,13 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"name": "k", "scope": "ingest"},
         ),
     ],
-    "teams/<int:team_id>/projects/<int:project_id>/keys/<int:key_id>/revoke": [
+    "teams/<team_id>/projects/<project_id>/keys/<key_id>/revoke": [
         Case(
             "POST", lambda w: {**project_kw(w), "key_id": w.fresh_key().pk}, E(302, 404, 403, 403, 302, 302)
         ),
     ],
-    "teams/<int:team_id>/audit": [Case("GET", team_kw, E(302, 404, 403, 403, 200, 200))],
-    "teams/<int:team_id>/delete": [
+    "teams/<team_id>/audit": [Case("GET", team_kw, E(302, 404, 403, 403, 200, 200))],
+    "teams/<team_id>/delete": [
         Case(
             "POST",
             team_kw,
@@ -316,7 +323,7 @@ TABLE: dict[str, list[Case]] = {
             note="owner last: it deletes the team",
         ),
     ],  # fmt: skip
-    "invite/<str:token>": [
+    "invite/<token>": [
         Case("GET", lambda w: {"token": w.fresh_invite_token()}, E(200, 200, 200, 200, 200, 200)),
         Case("GET", lambda w: {"token": "inv_not-a-real-token"}, E(404, 404, 404, 404, 404, 404)),
         Case(
@@ -329,36 +336,49 @@ TABLE: dict[str, list[Case]] = {
     ],  # fmt: skip
     # Conversations (issue 12)
     "conversations/new": [Case("GET", none, E(302, 200, 403, 200, 200, 200), note="viewers cannot converse")],
-    "projects/<int:project_id>/conversations/<int:conversation_id>": [Case("GET", conv_kw, PAGE_READ)],
-    "projects/<int:project_id>/conversations/<int:conversation_id>/live": [Case("GET", conv_kw, PAGE_READ)],
-    "projects/<int:project_id>/conversations/<int:conversation_id>/messages": [
+    "projects/<project_id>/conversations/<conversation_id>": [Case("GET", conv_kw, PAGE_READ)],
+    "projects/<project_id>/conversations/<conversation_id>/live": [Case("GET", conv_kw, PAGE_READ)],
+    "projects/<project_id>/conversations/<conversation_id>/messages": [
         Case("POST", fresh_conv_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"content": "hello"}),
     ],
-    "projects/<int:project_id>/conversations/<int:conversation_id>/cancel": [
+    "projects/<project_id>/conversations/<conversation_id>/cancel": [
         Case("POST", fresh_conv_kw, E(302, 404, 403, 302, 302, 302)),
     ],
+    "projects/<project_id>/conversations/<conversation_id>/again": [
+        Case("GET", conv_kw, E(302, 404, 403, 200, 200, 200), note="viewers cannot converse"),
+        Case(
+            "POST",
+            fresh_conv_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"model": "scripted/pin-recall-demo", "pin_budget_fraction": "0.5"},
+            note="starts the new run (enqueued on commit: never, in this test) and opens the compare page",
+        ),
+    ],  # fmt: skip
+    # Comparing two runs (issue 14)
+    "compare": [Case("GET", none, PAGE_READ, query=two_runs)],
+    "compare/live": [Case("GET", none, PAGE_READ, query=two_runs)],
     # Share links and notes (pages)
-    "projects/<int:project_id>/runs/<run_id:run_id>/share-links": [
+    "projects/<project_id>/runs/<run_id>/share-links": [
         Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"hide_content": "on"}),
     ],
-    "projects/<int:project_id>/runs/<run_id:run_id>/share-links/<int:link_id>/revoke": [
+    "projects/<project_id>/runs/<run_id>/share-links/<link_id>/revoke": [
         Case("POST", lambda w: {**run_kw(w), "link_id": w.fresh_link()}, E(302, 404, 403, 302, 302, 302)),
     ],
-    "projects/<int:project_id>/runs/<run_id:run_id>/notes": [
+    "projects/<project_id>/runs/<run_id>/notes": [
         Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"label": "bug", "body": "x"}),
     ],
     "notes": [Case("GET", none, OWN_SCOPE_PAGE)],
-    "notes/<int:note_id>/resolve": [
+    "notes/<note_id>/resolve": [
         Case("POST", lambda w: {"note_id": w.note.pk}, E(302, 404, 403, 302, 302, 302)),
     ],
-    "s/<str:token>": [
+    "s/<token>": [
         Case("GET", share_kw, SHARED),
         Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),
     ],
-    "s/<str:token>/live": [Case("GET", share_kw, SHARED)],
-    "s/<str:token>/fidelity": [Case("GET", share_kw, SHARED)],
-    "s/<str:token>/turns/<int:number>": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
-    "s/<str:token>/turns/<int:number>/live": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
+    "s/<token>/live": [Case("GET", share_kw, SHARED)],
+    "s/<token>/fidelity": [Case("GET", share_kw, SHARED)],
+    "s/<token>/turns/<number>": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
+    "s/<token>/turns/<number>/live": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
     # API
     "api/v1/schema": [Case("GET", none, E(200, 200, 200, 200, 200, 200), note="documentation, no data")],
     "api/v1/ingest": [
@@ -381,9 +401,9 @@ TABLE: dict[str, list[Case]] = {
             note="JSON is not an upload: 400 once authenticated",
         ),
     ],  # fmt: skip
-    "api/v1/uploads/<int:upload_id>": [Case("GET", lambda w: {"upload_id": w.upload.pk}, API_READ)],
+    "api/v1/uploads/<upload_id>": [Case("GET", lambda w: {"upload_id": w.upload.pk}, API_READ)],
     "api/v1/runs": [Case("GET", none, E(401, 200, 200, 200, 200, 200))],
-    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>": [
+    "api/v1/projects/<project_id>/runs/<run_id>": [
         Case("GET", run_kw, API_READ),
         Case(
             "DELETE",
@@ -391,17 +411,15 @@ TABLE: dict[str, list[Case]] = {
             E(401, 404, 403, 403, 204, 204),
         ),
     ],  # fmt: skip
-    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>": [
-        Case("GET", turn_kw, API_READ)
-    ],
-    "api/v1/projects/<int:project_id>/runs/<run_id:run_id>/events": [Case("GET", run_kw, API_READ)],
-    "api/v1/runs/<run_id:run_id>": [
+    "api/v1/projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, API_READ)],
+    "api/v1/projects/<project_id>/runs/<run_id>/events": [Case("GET", run_kw, API_READ)],
+    "api/v1/runs/<run_id>": [
         Case("GET", lambda w: {"run_id": w.run.run_id}, E(401, 404, 302, 302, 302, 302)),
     ],
-    "api/v1/runs/<run_id:run_id>/turns/<int:number>": [
+    "api/v1/runs/<run_id>/turns/<number>": [
         Case("GET", lambda w: {"run_id": w.run.run_id, "number": 1}, E(401, 404, 302, 302, 302, 302)),
     ],
-    "api/v1/runs/<run_id:run_id>/events": [
+    "api/v1/runs/<run_id>/events": [
         Case("GET", lambda w: {"run_id": w.run.run_id}, E(401, 404, 302, 302, 302, 302)),
     ],
     "api/v1/conversations": [
@@ -415,10 +433,10 @@ TABLE: dict[str, list[Case]] = {
         ),
     ],
     "api/v1/conversations/providers": [Case("GET", none, E(401, 200, 200, 200, 200, 200))],
-    "api/v1/conversations/<int:conversation_id>": [
+    "api/v1/conversations/<conversation_id>": [
         Case("GET", lambda w: {"conversation_id": w.conversation.pk}, API_READ),
     ],
-    "api/v1/conversations/<int:conversation_id>/messages": [
+    "api/v1/conversations/<conversation_id>/messages": [
         Case(
             "POST",
             lambda w: {"conversation_id": w.fresh_conversation()},
@@ -427,7 +445,7 @@ TABLE: dict[str, list[Case]] = {
             json=True,
         ),
     ],  # fmt: skip
-    "api/v1/conversations/<int:conversation_id>/cancel": [
+    "api/v1/conversations/<conversation_id>/cancel": [
         Case(
             "POST",
             lambda w: {"conversation_id": w.fresh_conversation()},
@@ -436,6 +454,7 @@ TABLE: dict[str, list[Case]] = {
             json=True,
         ),
     ],  # fmt: skip
+    "api/v1/compare": [Case("GET", none, API_READ, query=two_runs)],
     "api/v1/share-links": [
         Case("GET", none, E(401, 200, 200, 200, 200, 200)),
         Case(
@@ -446,7 +465,7 @@ TABLE: dict[str, list[Case]] = {
             json=True,
         ),
     ],  # fmt: skip
-    "api/v1/share-links/<int:link_id>": [
+    "api/v1/share-links/<link_id>": [
         Case("DELETE", lambda w: {"link_id": w.fresh_link()}, E(401, 404, 403, 204, 204, 204)),
     ],
     "api/v1/notes": [
@@ -466,8 +485,14 @@ TABLE: dict[str, list[Case]] = {
 # The walk
 
 
+def shape(route: str) -> str:
+    """A route without its converters' names (`teams/<int:team_id>` → `teams/<team_id>`): a row keeps
+    matching when a converter changes (int → a bounded id), not when the address does."""
+    return re.sub(r"<(?:\w+:)?(\w+)>", r"<\1>", route)
+
+
 def url_patterns() -> list[str]:
-    """Every route of the site, recursively; the admin site counts as one (`admin/`)."""
+    """Every route of the site (its `shape`), recursively; the admin site counts as one (`admin/`)."""
     routes: list[str] = []
 
     def walk(resolver: URLResolver, prefix: str) -> None:
@@ -480,7 +505,7 @@ def url_patterns() -> list[str]:
                     walk(p, route)
             else:
                 assert isinstance(p, URLPattern)
-                routes.append(route)
+                routes.append(shape(route))
 
     walk(get_resolver(), "")
     return routes
@@ -496,7 +521,7 @@ def _named(route: str) -> str:
                 found = walk(p, full, f"{ns}{p.namespace}:" if p.namespace else ns)
                 if found:
                     return found
-            elif full == route and p.name:
+            elif shape(full) == route and p.name:
                 return ns + p.name
         return None
 
@@ -518,6 +543,8 @@ def _request(world: World, actor: str, case: Case, route: str) -> int:
         url = "/admin/"
     else:
         url = reverse(_named(route), kwargs=kwargs)
+    if case.query is not None:
+        url += "?" + urlencode(case.query(world))
     client = world.clients[actor]
     data = case.data(world) if case.data else None
     method = getattr(client, case.method.lower())
