@@ -11,6 +11,7 @@ from drf_spectacular.views import SpectacularAPIView
 from traces import (
     api,
     api_collab,
+    api_compare,
     converters,  # noqa: F401  (registers the `run_id` converter)
 )
 from traces.api_conversations import conversation_urls
@@ -30,6 +31,7 @@ urlpatterns = [
     path("runs/<run_id:run_id>", api.LegacyRunView.as_view(), name="api-legacy-run"),
     path("runs/<run_id:run_id>/turns/<int:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
     path("runs/<run_id:run_id>/events", api.LegacyRunView.as_view(), name="api-legacy-events"),
+    path("compare", api_compare.CompareView.as_view(), name="api-compare"),
     path("share-links", api_collab.ShareLinkListView.as_view(), name="api-share-links"),
     path("share-links/<int:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),

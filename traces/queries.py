@@ -268,11 +268,15 @@ MAP_LABEL_WIDTH = 150.0
 MAP_MAX_ROWS = 400  # rows beyond this are cut (with a note); keeps the SVG under a few hundred KB
 
 
-def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = MAP_WINDOW) -> FidelityMap:
+def fidelity_map(
+    run: Run, agent: str, start: int | None = None, window: int = MAP_WINDOW, *, scale_steps: int | None = None
+) -> FidelityMap:
     """Build the map for `agent`'s steps [start, start + window). Four queries: a count, the window's
     ids, its decisions and the agent's pins.
 
-    `start=None` shows the last window (where a long conversation has faded most)."""
+    `start=None` shows the last window (where a long conversation has faded most). `scale_steps`
+    sizes the columns as if the window held that many steps, so two maps drawn one above the other
+    (the compare page) share one scale."""
     decisions = ContextDecision.objects.filter(run=run, agent=agent)
     total = decisions.count()
     window = max(10, min(window, 400))
@@ -293,7 +297,7 @@ def fidelity_map(run: Run, agent: str, start: int | None = None, window: int = M
 
     agent_q = f"?{urlencode({'agent': agent})}" if agent else ""
     n = len(steps)
-    cw = max(5.0, min(64.0, 960.0 / max(n, 1)))
+    cw = max(5.0, min(64.0, 960.0 / max(scale_steps or n, n, 1)))
     # Arcana 1.2 pin decisions carry no pin_id: the k-th pinned block of a step is the k-th pin active
     # at its turn (pins are rendered in creation order), so resolve them against the agent's pins.
     pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))

@@ -12,6 +12,7 @@ from traces import (
     converters,  # noqa: F401  (registers the `run_id` converter)
     views,
     views_collab,
+    views_compare,
     views_conversations,
 )
 
@@ -32,6 +33,9 @@ urlpatterns = [
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<int:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", views.uploads, name="uploads"),
+    # Two runs side by side (traces/views_compare.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
+    path("compare", views_compare.compare, name="compare"),
+    path("compare/live", views_compare.compare_live, name="compare_live"),
     # Conversations our workers run (traces/views_conversations.py): the new-run form, the playground.
     path("conversations/new", views_conversations.new, name="conversation_new"),
     path(
@@ -53,6 +57,11 @@ urlpatterns = [
         "projects/<int:project_id>/conversations/<int:conversation_id>/cancel",
         views_conversations.conversation_cancel,
         name="conversation_cancel",
+    ),
+    path(
+        "projects/<int:project_id>/conversations/<int:conversation_id>/again",
+        views_compare.run_again,
+        name="run_again",
     ),
     # Share links and review notes (traces/views_collab.py).
     path(

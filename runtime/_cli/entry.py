@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .browse import FILTERS, cmd_flow, cmd_list, cmd_show
 from .command import Command, DataError, UsageError
+from .diff import cmd_diff
 from .replay import cmd_explain, cmd_replay
 from .upload import cmd_upload
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     top = parser.add_subparsers(dest="group", required=True, metavar="{trace}")
     trace = top.add_parser("trace", help="read, replay and upload trace files")
     sub = trace.add_subparsers(
-        dest="command", required=True, metavar="{list,show,replay,explain,flow,upload}"
+        dest="command", required=True, metavar="{list,show,replay,explain,flow,diff,upload}"
     )
 
     sub.add_parser("list", parents=[common], help="runs, newest first")
@@ -50,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     flow = sub.add_parser("flow", parents=[common], help="turns, steps, tool and primitive calls")
     flow.add_argument("run_id")
 
+    diff = sub.add_parser("diff", parents=[common], help="two runs side by side: summary, turns, divergence")
+    diff.add_argument("run_a", metavar="RUN_A", help="run id or prefix in --dir, or a trace file of one run")
+    diff.add_argument("run_b", metavar="RUN_B", help="the run to compare it with (same forms)")
+    diff.add_argument("--turn", type=int, help="working-set diff of this turn (default: the first divergence)")
+
     upload = sub.add_parser("upload", parents=[common], help="send trace files to an Arcana Console server")
     upload.add_argument("paths", nargs="+", metavar="file-or-dir")
     upload.add_argument("--server", help="server URL (default: $ARCANA_SERVER)")
@@ -67,6 +73,7 @@ COMMANDS = {
     "replay": cmd_replay,
     "explain": cmd_explain,
     "flow": cmd_flow,
+    "diff": cmd_diff,
     "upload": cmd_upload,
 }
 

@@ -1,0 +1,215 @@
+"""Comparing two stored runs: the projections fed to `runtime.compare`, the one implementation.
+
+`runtime.compare` aligns turns, finds the first divergence of the working sets and diffs them, on
+plain data; `arcana trace diff` feeds it trace files, this module feeds it the projections (never the
+raw events), so the page (`traces/views_compare.py`) and the API (`GET /api/v1/compare`) answer what
+the CLI answers. Reading one run is a fixed number of queries (turns, steps, step-1 messages,
+decisions, pins, primitive calls), whatever its length.
+
+Addresses: a run is named `<project_id>:<run_id>` in the `a` / `b` query parameters (DESIGN.md §9).
+The project id is an integer, so the first `:` ends it and the rest — colons and any other character
+included — is the run id, as stored; the query string is URL-encoded like any other value
+(`compare_url` builds it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import QuerySet
+from django.urls import reverse
+
+from runtime.compare import (
+    Comparison,
+    PinData,
+    RunData,
+    StepData,
+    TurnData,
+    compare,
+    level_of,
+    pin_key,
+)
+from runtime.facts import primitive_outcome
+from traces.models import (
+    MESSAGE_DECISION_KEYS,
+    ContextDecision,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+)
+
+__all__ = ["compare_runs", "compare_url", "find_run", "parse_run_ref", "run_data", "run_ref"]
+
+
+def run_ref(run: Run) -> str:
+    """`<project_id>:<run_id>`, how the compare page and API name a run."""
+    return f"{run.project_id}:{run.run_id}"
+
+
+def parse_run_ref(value: str | None) -> tuple[int, str] | None:
+    """(project_id, run_id) of `<project_id>:<run_id>`, or None when it is not of that form."""
+    if not value:
+        return None
+    head, sep, rest = value.partition(":")
+    if not sep or not rest or not head.isdigit() or len(head) > 18:
+        return None
+    return int(head), rest
+
+
+def compare_url(a: Run | str, b: Run | str, **extra: Any) -> str:
+    """The compare page of two runs (or two `<project_id>:<run_id>` refs), URL-encoded."""
+    params = {"a": a if isinstance(a, str) else run_ref(a), "b": b if isinstance(b, str) else run_ref(b)}
+    params.update({k: v for k, v in extra.items() if v is not None})
+    return reverse("traces:compare") + "?" + urlencode(params)
+
+
+def find_run(projects: QuerySet[Project], ref: str | None) -> Run | None:
+    """The run `ref` names if it is in one of `projects` (the caller's), else None."""
+    parsed = parse_run_ref(ref)
+    if parsed is None:
+        return None
+    project_id, run_id = parsed
+    return (
+        Run.objects.filter(project_id=project_id, run_id=run_id, project__in=projects)
+        .select_related("project__team")
+        .first()
+    )
+
+
+def _agent_of(run: Run, agent: str | None) -> str:
+    agents = list(run.agents or [])
+    if agent is not None and agent in agents:
+        return agent
+    return agents[0] if agents else ""
+
+
+def _rows(table: str) -> tuple[list[Any], dict[str, int]]:
+    """The packed message table's rows as lists, and the index of each column (`pack_message_decisions`)."""
+    value = json.loads(table) if table else {}
+    if isinstance(value, list):  # a plain list of decision objects (rows stored long ago)
+        cols = list(MESSAGE_DECISION_KEYS)
+        return [[d.get(k) for k in cols] for d in value if isinstance(d, dict)], {
+            c: i for i, c in enumerate(cols)
+        }
+    cols = value.get("cols") or list(MESSAGE_DECISION_KEYS)
+    return value.get("rows") or [], {c: i for i, c in enumerate(cols)}
+
+
+def run_data(run: Run, agent: str | None = None) -> RunData:
+    """`runtime.compare.RunData` of one agent of a stored run (the first, or the plain chat), from its
+    projections: six queries, whatever the run's length."""
+    agent = _agent_of(run, agent)
+    pins = [
+        PinData(pid, label or None, content or None, tokens, created, until, unpinned)
+        for pid, label, content, tokens, created, until, unpinned in Pin.objects.filter(run=run, agent=agent)
+        .order_by("created_turn", "created_step", "id")
+        .values_list("pin_id", "label", "content", "tokens", "created_turn", "until_turn", "unpinned_turn")
+    ]
+    key_of = {p.pin_id: p.key for p in pins}
+    data = RunData(
+        run_id=run.run_id,
+        pins=pins,
+        status=run.status,
+        failure=run.failure or None,
+        model=run.model or None,
+        producer="arcana-console" if run.source == Run.Source.RUNTIME else "arcana-1.2",
+        agent=agent or None,
+        duration_seconds=run.duration_seconds,
+    )
+    turns: dict[int, TurnData] = {}
+    for number, prompt, completion, util, tool_calls, errors in (
+        Turn.objects.filter(run=run, agent=agent)
+        .order_by("number")
+        .values_list(
+            "number", "prompt_tokens", "completion_tokens", "peak_utilization", "tool_calls", "errors"
+        )
+    ):
+        turns[number] = TurnData(
+            number=number,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            peak_utilization=util,
+            tool_calls=tool_calls,
+            errors=errors,
+        )
+        data.tool_calls += tool_calls
+        data.errors += errors
+    # A turn's user message is the first `user` message its first step appended (our runtime only).
+    for number, messages in Step.objects.filter(run=run, agent=agent, number=1).values_list(
+        "turn_number", "messages"
+    ):
+        t = turns.get(number)
+        if t is not None and isinstance(messages, list):
+            t.user = next(
+                (m["content"] for m in messages if isinstance(m, dict) and m.get("role") == "user"
+                 and isinstance(m.get("content"), str)),
+                None,
+            )  # fmt: skip
+    steps: dict[tuple[int, int], StepData] = {}
+    for number, step_number, text in (
+        Step.objects.filter(run=run, agent=agent)
+        .order_by("turn_number", "number")
+        .values_list("turn_number", "number", "assistant_text")
+    ):
+        t = turns.get(number)
+        if t is None:
+            continue
+        s = StepData(turn=number, step=step_number, has_decision=False)
+        steps[(number, step_number)] = s
+        t.steps.append(s)
+        if text:
+            t.answer = text
+    for number, step_number, strategy, util, table in ContextDecision.objects.filter(
+        run=run, agent=agent
+    ).values_list("turn_number", "step_number", "strategy", "utilization", "message_table"):
+        s = steps.get((number, step_number))
+        if s is None:
+            continue
+        s.has_decision, s.strategy, s.utilization = True, strategy or None, util
+        _fill_working_set(s, table, key_of)
+    for number, primitive, args, result in (
+        PrimitiveEvent.objects.filter(run=run, agent=agent)
+        .order_by("timestamp", "id")
+        .values_list("turn_number", "primitive", "args", "result")
+    ):
+        o = primitive_outcome(primitive, args, result)
+        t = turns.get(number) if number is not None else None
+        if t is not None:
+            t.primitives.append(o.line)
+        if o.primitive == "pin" and not o.ok:
+            data.pins_rejected += 1
+        elif o.primitive == "recall":
+            if o.ok:
+                data.recalls_found += 1
+            else:
+                data.recalls_not_found += 1
+    data.turns = list(turns.values())
+    return data
+
+
+def _fill_working_set(s: StepData, table: str, key_of: dict[str, str]) -> None:
+    """The step's messages and pinned blocks from its packed decisions (the hot loop of a long run:
+    columns by position, levels cached by `level_of`)."""
+    rows, col = _rows(table)
+    i_index, i_role, i_out, i_fid = col["index"], col["role"], col["outcome"], col["fidelity"]
+    i_after, i_pinned, i_reason = col["token_count_after"], col["pinned"], col["reason"]
+    i_pin = col.get("pin_id")
+    messages, pins = s.messages, s.pins
+    for r in rows:
+        if r[i_pinned] or r[i_reason] == "pinned":
+            pid = r[i_pin] if i_pin is not None else None
+            pins[key_of.get(pid or "") or pin_key(pid, None, None)] = pid or "?"
+            continue
+        index = r[i_index]
+        if index.__class__ is int:
+            messages[index] = (level_of(r[i_out], r[i_fid]), r[i_role], r[i_after])
+
+
+def compare_runs(a: Run, b: Run, *, agent_a: str | None = None, agent_b: str | None = None) -> Comparison:
+    """`runtime.compare.compare` of two stored runs."""
+    return compare(run_data(a, agent_a), run_data(b, agent_b))

@@ -1,0 +1,307 @@
+"""The compare page of two runs, its live fragment while one is still running, and "Run again with…".
+
+Thin views (STYLE.md item 7): the comparison is `runtime.compare` fed by `traces.compare` from the
+projections (the one implementation the CLI and the API use too); the fidelity maps and pin lanes are
+the run page's own (`traces.queries`), drawn one above the other on one scale. Anything outside the
+caller's teams is a 404, for either run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from runtime.compare import LEVELS, Comparison, TurnPair
+from traces import compare as cmp
+from traces import conversations as service
+from traces import live, queries
+from traces.models import Action, Conversation, Run, projects_for_user, user_can
+
+#: Steps of each fidelity map drawn at once on the compare page (the run page's window).
+MAP_WINDOW = queries.MAP_WINDOW
+#: Aligned turn pairs listed in full; longer runs list the pairs around the divergence and the turn shown.
+TURNS_SHOWN = 200
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resolving the two runs (or the conversation that will become one)
+
+
+class _Side:
+    """One side of the comparison: the run, or — before its first event is stored — the conversation
+    that will write it."""
+
+    def __init__(self, ref: str, run: Run | None, conversation: Conversation | None) -> None:
+        self.ref = ref
+        self.run = run
+        self.conversation = conversation if conversation is not None else (run.conversation if run else None)
+
+    @property
+    def waiting(self) -> bool:
+        """Still being written: no event yet, or a run that is live or whose conversation is active."""
+        if self.run is None:
+            return True
+        return self.run.is_updating
+
+    @property
+    def progress(self) -> str:
+        conv = self.conversation
+        if conv is not None:
+            total = len(conv.script) if conv.mode == Conversation.Mode.SCRIPT else None
+            done = f"{conv.cursor} of {total} turns" if total is not None else f"{conv.cursor} turns"
+            return f"{conv.get_status_display().lower()} · {done}"
+        if self.run is not None:
+            return f"{self.run.status} · {self.run.turns} turns"
+        return "waiting for the first event"
+
+    def token(self) -> tuple[Any, ...]:
+        conv = self.conversation
+        return (
+            live.run_token(self.run) if self.run else None,
+            (conv.pk, conv.status, conv.updated_at.isoformat(), conv.cursor) if conv else None,
+        )
+
+
+def _side(request: HttpRequest, ref: str | None) -> _Side:
+    """The run `ref` (`<project_id>:<run_id>`) names, if the caller may read it; else a conversation
+    of theirs that will write that run; else 404 (outsiders learn nothing)."""
+    projects = projects_for_user(request.user)
+    run = cmp.find_run(projects, ref)
+    if run is not None:
+        return _Side(str(ref), run, None)
+    parsed = cmp.parse_run_ref(ref)
+    if parsed is not None:
+        conv = (
+            Conversation.objects.filter(project_id=parsed[0], run_id=parsed[1], project__in=projects)
+            .select_related("project__team")
+            .first()
+        )
+        if conv is not None:
+            return _Side(str(ref), conv.run, conv)
+    raise Http404("No such run.")
+
+
+def _sides(request: HttpRequest) -> tuple[_Side, _Side]:
+    return _side(request, request.GET.get("a")), _side(request, request.GET.get("b"))
+
+
+def _live_tag(a: _Side, b: _Side) -> str:
+    return live.etag("compare", a.ref, b.ref, a.token(), b.token(), a.waiting or b.waiting)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The page
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _shown_pairs(c: Comparison, pair: TurnPair | None) -> tuple[list[TurnPair], int]:
+    """The pairs the turn table lists: all of them, or for a long run the first `TURNS_SHOWN` around
+    the divergence and the pair whose diff is shown. Returns (pairs, how many were left out)."""
+    if len(c.pairs) <= TURNS_SHOWN:
+        return c.pairs, 0
+    centre = pair.index if pair is not None else (c.divergence.pair if c.divergence else 0)
+    lo = max(0, min(centre - TURNS_SHOWN // 4, len(c.pairs) - TURNS_SHOWN))
+    return c.pairs[lo : lo + TURNS_SHOWN], len(c.pairs) - TURNS_SHOWN
+
+
+def _summary_rows(c: Comparison) -> list[dict[str, Any]]:
+    rows = []
+    for key, label, va, vb in c.summary_rows():
+        rows.append({"key": key, "label": label, "a": va, "b": vb, "differs": va != vb})
+    return rows
+
+
+def _map_start(c: Comparison, request: HttpRequest, total: int) -> int:
+    """The first step both maps draw: `?from=` (1-based), else a window opening a few steps before the
+    divergence (where the two contexts part), else the start."""
+    asked = _int(request.GET.get("from"))
+    if asked is not None:
+        return max(0, asked - 1)
+    if c.divergence is None or total <= MAP_WINDOW:
+        return 0
+    index = 0
+    for t in c.a.turns:
+        if t.number == c.divergence.a_turn:
+            break
+        index += len(t.steps)
+    return max(0, index - 5)
+
+
+def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
+    c = cmp.compare_runs(run_a, run_b)
+    turn = _int(request.GET.get("turn"))
+    pair: TurnPair | None = None
+    if turn is not None:
+        pair = c.pair_for(a_turn=turn) or c.pair_for(b_turn=turn)
+    elif c.divergence is not None:
+        pair = c.pairs[c.divergence.pair]
+    shown, cut = _shown_pairs(c, pair)
+    agent_a, agent_b = c.a.agent or "", c.b.agent or ""
+    steps = max(c.a.steps, c.b.steps)
+    start = _map_start(c, request, steps)
+    window = min(MAP_WINDOW, max(steps, 1))
+    last_turn = max(len(c.a.turns), len(c.b.turns), 1)
+    return {
+        "a": run_a,
+        "b": run_b,
+        "c": c,
+        "summary": _summary_rows(c),
+        "pairs": shown,
+        "pairs_cut": cut,
+        "pair": pair,
+        "diff": c.working_set_diff(pair) if pair is not None else None,
+        "agent_a": agent_a,
+        "agent_b": agent_b,
+        "fmap_a": queries.fidelity_map(run_a, agent_a, start=start, window=window, scale_steps=window),
+        "fmap_b": queries.fidelity_map(run_b, agent_b, start=start, window=window, scale_steps=window),
+        "pins_a": queries.pin_chart(run_a, agent_a, last_turn),
+        "pins_b": queries.pin_chart(run_b, agent_b, last_turn),
+        "levels": LEVELS,
+        "swap_url": cmp.compare_url(run_b, run_a),
+    }
+
+
+@login_required
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    """`/compare?a=<project_id>:<run_id>&b=…` (or two `run=` values, as the runs list's checkboxes
+    send them: redirected to the a/b form)."""
+    picked = request.GET.getlist("run")
+    if picked and "a" not in request.GET:
+        if len(picked) != 2:
+            return render(request, "traces/compare_pick.html", {"count": len(picked)}, status=400)
+        return redirect(cmp.compare_url(picked[0], picked[1]))
+    a, b = _sides(request)
+    ctx: dict[str, Any] = {"side_a": a, "side_b": b}
+    if a.waiting or b.waiting:
+        ctx["live_etag"] = _live_tag(a, b)
+        ctx["live_url"] = reverse("traces:compare_live") + "?" + request.GET.urlencode()
+        return render(request, "traces/compare_waiting.html", ctx)
+    assert a.run is not None and b.run is not None
+    ctx.update(compare_ctx(request, a.run, b.run))
+    return render(request, "traces/compare.html", ctx)
+
+
+@login_required
+@require_GET
+def compare_live(request: HttpRequest) -> HttpResponse:
+    """The waiting page's progress fragment (304 while nothing changed); `data-live="false"` once both
+    runs are complete, and the page's script then loads the comparison."""
+    a, b = _sides(request)
+    tag = _live_tag(a, b)
+    if unchanged := live.not_modified(request, tag):
+        return unchanged
+    ctx = {"side_a": a, "side_b": b}
+    return live.tagged(render(request, "traces/_compare_progress.html", ctx), tag)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Run again with…
+
+
+class RunAgainForm(forms.Form):
+    """What "Run again with…" may change; everything else (script, agents, snapshots) is copied."""
+
+    model = forms.ChoiceField(label="Provider / model")
+    cognitive_primitives = forms.MultipleChoiceField(
+        choices=[("recall", "recall"), ("pin", "pin (and unpin)")],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Cognitive primitives",
+    )
+    context_window = forms.IntegerField(min_value=256, max_value=2_000_000, required=False)
+    pin_budget_fraction = forms.FloatField(
+        min_value=0.01, max_value=1.0, label="Pin budget (fraction of the window)"
+    )
+    system = forms.CharField(label="System prompt", widget=forms.Textarea(attrs={"rows": 3}), required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["model"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [
+            (p["name"], [(f"{p['name']}/{m}", m) for m in p["models"]]) for p in service.available_providers()
+        ]
+
+    @classmethod
+    def initial_for(cls, conv: Conversation) -> dict[str, Any]:
+        cfg = conv.config or {}
+        return {
+            "model": f"{conv.provider}/{conv.model}",
+            "cognitive_primitives": list(cfg.get("cognitive_primitives") or []),
+            "context_window": cfg.get("context_window"),
+            "pin_budget_fraction": cfg.get("pin_budget_fraction") or 0.5,
+            "system": cfg.get("system") or "",
+        }
+
+    def request_for(self, conv: Conversation) -> dict[str, Any]:
+        """The `POST /api/v1/conversations` body: the conversation's settings and script, changed."""
+        data, cfg = self.cleaned_data, conv.config or {}
+        provider, _, model = data["model"].partition("/")
+        return {
+            "provider": provider,
+            "model": model,
+            "system": data.get("system") or None,
+            "cognitive_primitives": list(data.get("cognitive_primitives") or []),
+            "context_window": data.get("context_window"),
+            "pin_budget_fraction": data["pin_budget_fraction"],
+            "prompt_snapshots": bool(cfg.get("prompt_snapshots", True)),
+            "script": [dict(m) for m in conv.script] or None,
+            "agents": cfg.get("agents"),
+        }
+
+
+def _conversation_to_rerun(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:
+    conv = (
+        Conversation.objects.filter(
+            pk=conversation_id, project_id=project_id, project__in=projects_for_user(request.user)
+        )
+        .select_related("project__team")
+        .first()
+    )
+    if conv is None:
+        raise Http404("No such conversation.")
+    if not user_can(request.user, conv.project.team_id, Action.CONVERSE):
+        raise PermissionDenied("Your role may read this conversation but not start runs.")
+    return conv
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def run_again(request: HttpRequest, project_id: int, conversation_id: int) -> HttpResponse:
+    """A form with the conversation's settings; a valid POST starts the new conversation through the
+    service (the same checks as the API) and opens the compare page of the two runs, which waits for
+    the new one to finish."""
+    conv = _conversation_to_rerun(request, project_id, conversation_id)
+    if request.method == "POST":
+        form = RunAgainForm(request.POST)
+        if form.is_valid():
+            try:
+                spec = service.check_conversation_request(form.request_for(conv))
+                new = service.start_conversation(conv.project, spec, user=request.user)
+            except service.ConversationInputError as exc:
+                for d in exc.detail:
+                    form.add_error(None, f"{d['field']}: {d['message']}")
+            except service.ConversationLimitError as exc:
+                form.add_error(None, str(exc))
+            else:
+                return redirect(
+                    cmp.compare_url(f"{conv.project_id}:{conv.run_id}", f"{new.project_id}:{new.run_id}")
+                )
+    else:
+        form = RunAgainForm(initial=RunAgainForm.initial_for(conv))
+    ctx = {"conv": conv, "form": form, "run": conv.run}
+    return render(request, "traces/run_again.html", ctx, status=400 if form.errors else 200)
