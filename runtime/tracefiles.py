@@ -1,5 +1,5 @@
-"""Finding trace files and drawing an import's progress: one way for `arcana trace upload` and
-`manage.py import_traces` (and `setup_demo`).
+"""Finding trace files, decoding their lines and drawing an import's progress: one way for
+`arcana trace upload`, the reader and `manage.py import_traces` / ingestion (and `setup_demo`).
 
     >>> trace_files(["./traces", "extra/run.jsonl.gz"])      # folders searched recursively, sorted
     >>> progress_bar(1, 2)
@@ -12,7 +12,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["TRACE_SUFFIXES", "is_trace_file", "progress_bar", "trace_files"]
+from ._trace import decode_jsonl_line
+
+__all__ = ["TRACE_SUFFIXES", "decode_jsonl_line", "is_trace_file", "progress_bar", "trace_files"]
 
 #: The file names a trace folder is searched for: JSONL, plain or gzipped.
 TRACE_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")

@@ -11,8 +11,8 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from runtime._trace import decode_jsonl_line
 from runtime.errors import ErrorDetail, error_detail
+from runtime.tracefiles import decode_jsonl_line
 from traces.ingest.validation import MAX_DEPTH, TOO_MANY_DIGITS, Source
 from traces.ingest.writing import ingest_events
 from traces.models import (

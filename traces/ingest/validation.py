@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from runtime._trace import TraceEvent
+from runtime import TraceEvent
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
 Status = Literal["accepted", "duplicate", "rejected"]

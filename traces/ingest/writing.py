@@ -14,7 +14,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connection, models, transaction
 from django.utils import timezone
 
-from runtime._trace import TraceEvent
+from runtime import TraceEvent
 from runtime.errors import TraceFormatError
 from traces.ingest.bulk import _insert_events, _insert_projections, _update_runs
 from traces.ingest.incremental import do_project_turns
