@@ -136,22 +136,37 @@ def _map_start(request: HttpRequest) -> int | None:
         return None
 
 
-def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
-    """The run overview's context (the team's page and a shared page alike, traces.sharing)."""
-    ctx = _timeline_ctx(request, run, agent)
-    last_turn = ctx["turn_page"].paginator.count
+def _events_ctx(run: Run, agent: str, last_turn: int) -> dict[str, Any]:
+    """The pin lanes and the cognitive events: the run page shows them, its live fragment refreshes them."""
     primitives = list(
         PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[: PRIMITIVES_SHOWN + 1]
     )
+    return {
+        "pins": queries.pin_chart(run, agent, last_turn),
+        "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
+        "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
+    }
+
+
+def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
+    """The run overview's context (the team's page and a shared page alike, traces.sharing)."""
+    ctx = _timeline_ctx(request, run, agent)
     ctx.update(
         {
             "fmap": queries.fidelity_map(run, agent, start=_map_start(request)),
-            "pins": queries.pin_chart(run, agent, last_turn),
-            "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
-            "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
+            **_events_ctx(run, agent, ctx["turn_page"].paginator.count),
             **notes.run_notes_ctx(run),
         }
     )
+    return ctx
+
+
+def live_run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
+    """The run page's live fragment: header stats, the timeline's last page, and (as `live_parts`, which
+    `static/js/run.js` moves to their places on the page) the pin lanes and the cognitive events. The
+    fidelity map is not refreshed: it costs the most to draw and has a window of its own."""
+    ctx = _timeline_ctx(request, run, agent, last_page=True)
+    ctx.update(_events_ctx(run, agent, ctx["turn_page"].paginator.count), live_parts=True)
     return ctx
 
 
@@ -182,8 +197,7 @@ def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse
     tag = live.run_tag(run, "run", agent)
     if unchanged := live.not_modified(request, tag):
         return unchanged
-    ctx = _timeline_ctx(request, run, agent, last_page=True)
-    return live.tagged(render(request, "traces/_run_live.html", ctx), tag)
+    return live.tagged(render(request, "traces/_run_live.html", live_run_ctx(request, run, agent)), tag)
 
 
 @login_required

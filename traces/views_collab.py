@@ -66,9 +66,7 @@ def shared_run_live(request: HttpRequest, token: str) -> HttpResponse:
     tag = live.run_tag(run, "shared-run", agent, link.hide_content)
     if unchanged := live.not_modified(request, tag):
         return _shared(unchanged)
-    ctx = sharing.redact(
-        views._timeline_ctx(request, run, agent, last_page=True), hide_content=link.hide_content
-    )
+    ctx = sharing.redact(views.live_run_ctx(request, run, agent), hide_content=link.hide_content)
     return _shared(live.tagged(render(request, "traces/_run_live.html", ctx), tag))
 
 

@@ -111,6 +111,17 @@
   var live = document.querySelector("[data-live-url]");
   if (live && window.ArcanaPoll) {
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {
+      // The fragment also carries the pin lanes and cognitive events (data-part): each goes to the
+      // element of its id further down the page; the rest (stats, timeline) replaces #run-live.
+      render: function (root) {
+        if (!root) return;
+        root.querySelectorAll("[data-part]").forEach(function (part) {
+          var target = document.getElementById(part.getAttribute("data-part"));
+          if (target) target.replaceChildren.apply(target, Array.prototype.slice.call(part.childNodes));
+          part.remove();
+        });
+        live.replaceChildren(root);
+      },
       onFinish: function (root) {
         var badge = document.getElementById("live-badge");
         var label = (root && root.getAttribute("data-status-label")) || "Finished";

@@ -111,3 +111,30 @@ def test_a_script_run_streams_into_its_page(
     page.goto(live_server.url + run.get_absolute_url())
     assert "Completed" in page.locator(".conv-panel").inner_text()
     assert page.locator(".pinchart .pin-lane").count() >= 1
+
+
+def test_a_live_run_page_shows_new_pins_and_primitives_without_a_reload(
+    browser: Any, live_server: Any, project: Project, alice: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from tests.traces.test_live import _pin_event
+    from tests.traces.views_helpers import decision, ingest_live_run, our_step
+    from traces.ingest import ingest_events
+
+    ingest_live_run(project, "live-pins", turns=1)
+    run = Run.objects.get(run_id="live-pins")
+    page = login(browser, live_server, "alice")
+    page.goto(live_server.url + run.get_absolute_url())
+    assert page.locator("#run-pins .pin-lane").count() == 0
+    page.evaluate("window.__marker = 1")
+    events = our_step(
+        "live-pins", 2, 1, decisions=[decision(0, "user")], finish="tool_calls", when=datetime.now(UTC)
+    )
+    events.append(_pin_event("live-pins", events[1], 2))
+    ingest_events(project, events, source="api")
+    page.locator("#run-pins .pin-lane").first.wait_for(timeout=10_000)
+    page.locator("#run-cognitive", has_text="p_0000abcd").wait_for(timeout=10_000)
+    page.locator(f'#run-live a[href="{run.turn_url(2)}"]').wait_for(timeout=10_000)
+    assert page.evaluate("window.__marker") == 1
+    assert page.locator("[data-part]").count() == 0  # every part went to its place

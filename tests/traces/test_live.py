@@ -134,3 +134,46 @@ def test_a_run_keeps_polling_while_its_conversation_has_a_worker(
     )
     done = alice_client.get(live, HTTP_IF_NONE_MATCH=tag)
     assert done.status_code == 200 and b'data-live="false"' in done.content and b"Completed" in done.content
+
+
+def _pin_event(run_id: str, turn_event: dict[str, object], turn: int) -> dict[str, object]:
+    return {
+        **turn_event,
+        "step_id": f"pin-{run_id}-{turn}",
+        "event_type": "cognitive_primitive",
+        "parent_step_id": turn_event["step_id"],
+        "metadata": {
+            "producer": "arcana-console",
+            "turn": turn,
+            "step": 1,
+            "primitive": "pin",
+            "args": {"content": "budget 42,000 EUR", "label": "budget"},
+            "result": {"pinned": True, "pin_id": "p_0000abcd", "label": "budget", "until_turn": None},
+            "tokens": 9,
+        },
+    }
+
+
+def test_the_run_fragment_refreshes_pins_and_cognitive_events(project: Project, alice_client: Client) -> None:
+    from datetime import UTC, datetime
+
+    from tests.traces.views_helpers import decision, our_step
+    from traces.ingest import ingest_events
+
+    ingest_live_run(project, "live-run", turns=1)
+    run = Run.objects.get(run_id="live-run")
+    live = run.get_absolute_url() + "/live"
+    before = alice_client.get(live).content.decode()
+    assert 'data-part="run-pins"' in before and "p_0000abcd" not in before
+    events = our_step(
+        "live-run", 2, 1, decisions=[decision(0, "user")], finish="tool_calls", when=datetime.now(UTC)
+    )
+    events.append(_pin_event("live-run", events[1], 2))
+    ingest_events(project, events, source="api")
+    after = alice_client.get(live).content.decode()
+    pins = after.split('data-part="run-pins"')[1].split('data-part="run-cognitive"')[0]
+    cognitive = after.split('data-part="run-cognitive"')[1]
+    assert "budget" in pins and "p_0000abcd" in cognitive
+    # The page itself renders each once, in place (the fragment's copies are for the poll only).
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'data-part="run-pins"' not in page and 'id="run-pins"' in page and 'id="run-cognitive"' in page
