@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces import conversations as service
+from traces import converters  # noqa: F401  (registers the `id` converter)
 from traces.api import BaseView, error_response, scoped_projects
 from traces.authentication import key_of
 from traces.models import Action, Conversation, Project, user_can
@@ -279,14 +280,14 @@ class ConversationCancelView(BaseView):
 conversation_urls = [
     path("conversations", ConversationListView.as_view(), name="api-conversations"),
     path("conversations/providers", ProviderListView.as_view(), name="api-conversation-providers"),
-    path("conversations/<int:conversation_id>", ConversationDetailView.as_view(), name="api-conversation"),
+    path("conversations/<id:conversation_id>", ConversationDetailView.as_view(), name="api-conversation"),
     path(
-        "conversations/<int:conversation_id>/messages",
+        "conversations/<id:conversation_id>/messages",
         ConversationMessageView.as_view(),
         name="api-conversation-messages",
     ),
     path(
-        "conversations/<int:conversation_id>/cancel",
+        "conversations/<id:conversation_id>/cancel",
         ConversationCancelView.as_view(),
         name="api-conversation-cancel",
     ),

@@ -16,23 +16,23 @@ from traces import (
 )
 from traces.api_conversations import conversation_urls
 
-RUN = "projects/<int:project_id>/runs/<run_id:run_id>"
+RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
 
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     *conversation_urls,
     path("ingest", api.IngestView.as_view(), name="api-ingest"),
     path("uploads", api.UploadListView.as_view(), name="api-uploads"),
-    path("uploads/<int:upload_id>", api.UploadDetailView.as_view(), name="api-upload"),
+    path("uploads/<id:upload_id>", api.UploadDetailView.as_view(), name="api-upload"),
     path("runs", api.RunListView.as_view(), name="api-runs"),
     path(RUN, api.RunDetailView.as_view(), name="api-run"),
-    path(f"{RUN}/turns/<int:number>", api.TurnDetailView.as_view(), name="api-turn"),
+    path(f"{RUN}/turns/<id:number>", api.TurnDetailView.as_view(), name="api-turn"),
     path(f"{RUN}/events", api.EventListView.as_view(), name="api-events"),
     path("runs/<run_id:run_id>", api.LegacyRunView.as_view(), name="api-legacy-run"),
-    path("runs/<run_id:run_id>/turns/<int:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
+    path("runs/<run_id:run_id>/turns/<id:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
     path("runs/<run_id:run_id>/events", api.LegacyRunView.as_view(), name="api-legacy-events"),
     path("compare", api_compare.CompareView.as_view(), name="api-compare"),
     path("share-links", api_collab.ShareLinkListView.as_view(), name="api-share-links"),
-    path("share-links/<int:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
+    path("share-links/<id:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),
 ]

@@ -40,6 +40,21 @@ class RunIdConverter:
         return encode_run_id(str(value))
 
 
+class IdConverter:
+    """`<id:name>`: a row id or a turn number in a URL, at most 18 digits. Django's `int` takes any
+    number of digits, and a value past the database's 64-bit integers makes the lookup itself fail
+    (OverflowError on SQLite, an error on PostgreSQL): a 500 instead of the 404 it is."""
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
 # Registered once, here (re-registering a name is deprecated in Django 5.1+); both URL modules import
-# this module before using `<run_id:run_id>`.
+# this module before using `<run_id:run_id>` or `<id:…>`.
 register_converter(RunIdConverter, "run_id")
+register_converter(IdConverter, "id")

@@ -20,18 +20,18 @@ app_name = "traces"
 
 urlpatterns = [
     path("", views.runs, name="runs"),
-    path("projects/<int:project_id>/runs/<run_id:run_id>", views.run, name="run"),
-    path("projects/<int:project_id>/runs/<run_id:run_id>/live", views.run_live, name="run_live"),
-    path("projects/<int:project_id>/runs/<run_id:run_id>/fidelity", views.run_fidelity, name="run_fidelity"),
-    path("projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>", views.turn, name="turn"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>", views.run, name="run"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/live", views.run_live, name="run_live"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/fidelity", views.run_fidelity, name="run_fidelity"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>", views.turn, name="turn"),
     path(
-        "projects/<int:project_id>/runs/<run_id:run_id>/turns/<int:number>/live",
+        "projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>/live",
         views.turn_live,
         name="turn_live",
     ),
     # Unscoped addresses of earlier versions: a redirect to the one readable run with that id, else 404.
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
-    path("runs/<run_id:run_id>/turns/<int:number>", views.legacy_run, name="legacy_turn"),
+    path("runs/<run_id:run_id>/turns/<id:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", views.uploads, name="uploads"),
     # Two runs side by side (traces/views_compare.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
     path("compare", views_compare.compare, name="compare"),
@@ -39,50 +39,50 @@ urlpatterns = [
     # Conversations our workers run (traces/views_conversations.py): the new-run form, the playground.
     path("conversations/new", views_conversations.new, name="conversation_new"),
     path(
-        "projects/<int:project_id>/conversations/<int:conversation_id>",
+        "projects/<id:project_id>/conversations/<id:conversation_id>",
         views_conversations.conversation,
         name="conversation",
     ),
     path(
-        "projects/<int:project_id>/conversations/<int:conversation_id>/live",
+        "projects/<id:project_id>/conversations/<id:conversation_id>/live",
         views_conversations.conversation_live,
         name="conversation_live",
     ),
     path(
-        "projects/<int:project_id>/conversations/<int:conversation_id>/messages",
+        "projects/<id:project_id>/conversations/<id:conversation_id>/messages",
         views_conversations.conversation_message,
         name="conversation_message",
     ),
     path(
-        "projects/<int:project_id>/conversations/<int:conversation_id>/cancel",
+        "projects/<id:project_id>/conversations/<id:conversation_id>/cancel",
         views_conversations.conversation_cancel,
         name="conversation_cancel",
     ),
     path(
-        "projects/<int:project_id>/conversations/<int:conversation_id>/again",
+        "projects/<id:project_id>/conversations/<id:conversation_id>/again",
         views_compare.run_again,
         name="run_again",
     ),
     # Share links and review notes (traces/views_collab.py).
     path(
-        "projects/<int:project_id>/runs/<run_id:run_id>/share-links",
+        "projects/<id:project_id>/runs/<run_id:run_id>/share-links",
         views_collab.share_link_create,
         name="share_link_create",
     ),
     path(
-        "projects/<int:project_id>/runs/<run_id:run_id>/share-links/<int:link_id>/revoke",
+        "projects/<id:project_id>/runs/<run_id:run_id>/share-links/<id:link_id>/revoke",
         views_collab.share_link_revoke,
         name="share_link_revoke",
     ),
     path(
-        "projects/<int:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"
+        "projects/<id:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"
     ),
     path("notes", views_collab.notes_page, name="notes"),
-    path("notes/<int:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
+    path("notes/<id:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),
     path("s/<str:token>/fidelity", views_collab.shared_run_fidelity, name="shared_run_fidelity"),
-    path("s/<str:token>/turns/<int:number>", views_collab.shared_turn, name="shared_turn"),
-    path("s/<str:token>/turns/<int:number>/live", views_collab.shared_turn_live, name="shared_turn_live"),
+    path("s/<str:token>/turns/<id:number>", views_collab.shared_turn, name="shared_turn"),
+    path("s/<str:token>/turns/<id:number>/live", views_collab.shared_turn_live, name="shared_turn_live"),
 ]

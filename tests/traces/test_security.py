@@ -174,12 +174,11 @@ def _get_routes() -> list[tuple[str, str]]:
 def _fill(route: str, run: Run) -> str | None:
     """A concrete path for a route whose parameters are a project, a run, a turn; None for others."""
     values = {
-        "<int:project_id>": str(run.project_id),
-        "<run_id:run_id>": run.get_absolute_url().rsplit("/", 1)[-1],
-        "<int:number>": "1",
+        "project_id": str(run.project_id),
+        "run_id": run.get_absolute_url().rsplit("/", 1)[-1],
+        "number": "1",
     }
-    for k, v in values.items():
-        route = route.replace(k, v)
+    route = re.sub(r"<(?:int|id|run_id):(project_id|run_id|number)>", lambda m: values[m.group(1)], route)
     if "<" in route or "(" in route or route.startswith(("admin/", "static/", "^")):
         return None
     return "/" + route
@@ -348,3 +347,18 @@ def test_the_admin_lets_in_staff_only(alice_client: Client, client: Client) -> N
     """README "Security": /admin/ answers, but only staff accounts get past its (throttled) login."""
     assert client.get("/admin/")["Location"].startswith("/admin/login/")
     assert alice_client.get("/admin/")["Location"].startswith("/admin/login/")  # a member, not staff
+
+
+def test_it_404s_numbers_out_of_the_databases_range_in_addresses(
+    samples: Project, alice_client: Client
+) -> None:
+    run = Run.objects.get(run_id=PIN_RUN)
+    huge = "9" * 30
+    for url in (
+        f"/projects/{huge}/runs/{PIN_RUN}",
+        f"{run.get_absolute_url()}/turns/{huge}",
+        f"/api/v1/projects/{huge}/runs/{PIN_RUN}/events",
+        f"{run.api_url()}/turns/{huge}",
+        f"/api/v1/uploads/{huge}",
+    ):
+        assert alice_client.get(url).status_code == 404, url
