@@ -74,9 +74,7 @@ urlpatterns = [
         views_collab.share_link_revoke,
         name="share_link_revoke",
     ),
-    path(
-        "projects/<id:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"
-    ),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"),
     path("notes", views_collab.notes_page, name="notes"),
     path("notes/<id:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
