@@ -25,7 +25,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from runtime.facts import pin_active_at
+from runtime.facts import ToolResult, pin_active_at
 
 
 class Team(models.Model):
@@ -498,24 +498,8 @@ class Turn(models.Model):
         )
 
 
-class ToolResultDict(TypedDict):
-    """One tool result of a step. `recorded` is False when the producer kept no result body
-    (arcana-agent 1.2 stores digests only); `event` is "tool_call", "error" (an unknown tool, ours) or
-    None (a call an Arcana 1.2 step made that left no event)."""
-
-    tool_call_id: str | None
-    name: str
-    arguments: Any
-    result: Any
-    recorded: bool
-    error: str | None
-    error_category: str | None
-    duration_ms: int | None
-    side_effect: str | None
-    args_digest: str | None
-    result_digest: str | None
-    ok: bool
-    event: str | None
+#: One tool result of a step, as `runtime.facts.tool_results` gives it (`Step.tool_results` holds a list).
+ToolResultDict = ToolResult
 
 
 class Step(models.Model):
@@ -537,7 +521,7 @@ class Step(models.Model):
     # None when the trace kept only a digest (Arcana "minimized"), "" when the model said nothing.
     assistant_text = models.TextField(null=True, blank=True)  # noqa: DJ001
     tool_calls = models.JSONField(default=list)  # [{id, name, arguments?}] as the turn event lists them
-    # What came back: list[ToolResultDict] (`traces.ingest.tool_results`), in the order the model asked.
+    # What came back: list[ToolResultDict] (`runtime.facts.tool_results`), in the order the model asked.
     tool_results = models.JSONField(default=list)
     messages = models.JSONField(null=True, blank=True)  # ours: messages this step appended to history
     prompt_snapshot = models.JSONField(null=True, blank=True)  # only when the producer recorded it
