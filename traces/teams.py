@@ -314,11 +314,25 @@ def do_delete_project(project: Project, actor: Any) -> None:
     from traces.ingest import do_delete_runs_of_project
 
     team = project.team
+    # The uploaded files go too, once the rows are gone for good (after commit: a rollback must not
+    # leave upload rows whose files were deleted).
+    files = [f for f in project.uploads.values_list("file", flat=True) if f]
     with transaction.atomic():
         runs = Run.objects.filter(project=project).count()
         do_delete_runs_of_project(project)
         audit.record(team, actor, audit.PROJECT_DELETED, project.slug, {"name": project.name, "runs": runs})
         project.delete()
+        transaction.on_commit(lambda: _delete_files(files))
+
+
+def _delete_files(names: list[str]) -> None:
+    from django.core.files.storage import default_storage
+
+    for name in names:
+        try:
+            default_storage.delete(name)
+        except OSError:
+            log.warning("could not delete the uploaded file %s of a deleted project", name)
 
 
 # --------------------------------------------------------------------------------------------------

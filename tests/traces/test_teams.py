@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.utils import timezone
 
 from tests.traces.views_helpers import OUR_RUN, OURS, ingest_file
@@ -23,6 +25,7 @@ from traces.models import (
     Run,
     Team,
     Turn,
+    Upload,
     projects_for_user,
     user_can,
 )
@@ -122,7 +125,9 @@ def test_it_refuses_expired_and_revoked_invites(alice: Any, alpha: Team, django_
     assert teams.find_invite("inv_nope") is None
 
 
-def test_it_creates_renames_and_deletes_projects(alice: Any, alpha: Team, project: Project) -> None:
+def test_it_creates_renames_and_deletes_projects(
+    alice: Any, alpha: Team, project: Project, django_capture_on_commit_callbacks: Any
+) -> None:
     with pytest.raises(teams.TeamRuleError):
         teams.check_project(alpha, "alpha-app", "dup")
     with pytest.raises(teams.TeamRuleError):
@@ -133,7 +138,13 @@ def test_it_creates_renames_and_deletes_projects(alice: Any, alpha: Team, projec
     assert (created.slug, created.name, created.retention_days) == ("beta-2", "Beta two", 30)
     ingest_file(created, OURS / f"{OUR_RUN}.jsonl")
     assert Event.objects.filter(project_id=created.pk).exists()
-    teams.do_delete_project(created, alice)
+    upload = Upload(project=created, original_name="a.jsonl")
+    upload.file.save("a.jsonl", ContentFile(b"{}\n"), save=True)
+    stored = upload.file.name
+    assert default_storage.exists(stored)
+    with django_capture_on_commit_callbacks(execute=True):
+        teams.do_delete_project(created, alice)
+    assert not default_storage.exists(stored)
     assert not Project.objects.filter(pk=created.pk).exists()
     assert not Event.objects.filter(project_id=created.pk).exists()
     changed = AuditLog.objects.get(event_type=AuditLog.PROJECT_CHANGED)
