@@ -23,6 +23,7 @@ from ._working_set import (
     WorkingSet,
     WorkingSetBuilder,
 )
+from .compare import Comparison, RunData, run_data_from_events
 from .errors import (
     ArcanaRuntimeError,
     ConfigError,
@@ -66,6 +67,7 @@ __all__ = [
     "CallableSink",
     "ChatSession",
     "CognitiveHandler",
+    "Comparison",
     "ConfigError",
     "ContextDecision",
     "ContextOverflowError",
@@ -93,6 +95,7 @@ __all__ = [
     "ProviderTimeout",
     "ProviderTimeouts",
     "Reply",
+    "RunData",
     "RunLinks",
     "Runtime",
     "RuntimeConfig",
@@ -120,6 +123,7 @@ __all__ = [
     "pin_lifetimes",
     "pinned_blocks",
     "primitive_outcome",
+    "run_data_from_events",
     "run_links",
     "run_outcome",
     "step_errors",

@@ -429,7 +429,8 @@ def _step_pair_reason(sa: StepData | None, sb: StepData | None, pins_a: dict[str
                       pins_b: dict[str, PinData]) -> str | None:  # fmt: skip
     """Why two steps' working sets differ, or None when they do not."""
     if sa is None or sb is None:
-        return f"step {(sa or sb).step if (sa or sb) else '?'} only in {'B' if sa is None else 'A'}"
+        present = sa if sa is not None else sb
+        return f"step {present.step if present is not None else '?'} only in {'B' if sa is None else 'A'}"
     if sa.same_working_set(sb):
         return None
     only_a = [k for k in sa.pins if k not in sb.pins]
@@ -684,7 +685,8 @@ def run_data_from_events(run_id: str, events: Iterable[TraceEvent], agent: str |
         for sv in tv.steps:
             te = sv.turn_event
             md = te.metadata if te is not None else {}
-            facts = md.get("facts") if isinstance(md.get("facts"), dict) else {}
+            raw_facts = md.get("facts")
+            facts: dict[str, Any] = raw_facts if isinstance(raw_facts, dict) else {}
             p, c = _usage(facts.get("usage"))
             if not facts.get("usage"):
                 for ev in sv.llm_calls:

@@ -14,7 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces import compare as cmp
-from traces.api import BaseView, ErrorSerializer, error_response, scoped_projects
+from traces.api import BaseView, error_response, scoped_projects
+from traces.serializers import ErrorSerializer
 
 
 class CompareView(BaseView):

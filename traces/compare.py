@@ -167,20 +167,20 @@ def run_data(run: Run, agent: str | None = None) -> RunData:
     for number, step_number, strategy, util, table in ContextDecision.objects.filter(
         run=run, agent=agent
     ).values_list("turn_number", "step_number", "strategy", "utilization", "message_table"):
-        s = steps.get((number, step_number))
-        if s is None:
+        found = steps.get((number, step_number))
+        if found is None:
             continue
-        s.has_decision, s.strategy, s.utilization = True, strategy or None, util
-        _fill_working_set(s, table, key_of)
-    for number, primitive, args, result in (
+        found.has_decision, found.strategy, found.utilization = True, strategy or None, util
+        _fill_working_set(found, table, key_of)
+    for turn_number, primitive, args, result in (
         PrimitiveEvent.objects.filter(run=run, agent=agent)
         .order_by("timestamp", "id")
         .values_list("turn_number", "primitive", "args", "result")
     ):
         o = primitive_outcome(primitive, args, result)
-        t = turns.get(number) if number is not None else None
-        if t is not None:
-            t.primitives.append(o.line)
+        owner = turns.get(turn_number) if turn_number is not None else None
+        if owner is not None:
+            owner.primitives.append(o.line)
         if o.primitive == "pin" and not o.ok:
             data.pins_rejected += 1
         elif o.primitive == "recall":

@@ -1,0 +1,203 @@
+"""`runtime.compare` and `arcana trace diff`: two runs of one script with the cognitive primitives on and
+off (scripted provider, real trace files), runs of different lengths and scripts, Arcana 1.2 files,
+hostile strings, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime import TraceReader
+from runtime._cli import main
+from runtime.compare import (
+    LEVELS,
+    PinData,
+    RunData,
+    StepData,
+    TurnData,
+    compare,
+    level_of,
+    pin_key,
+    run_data_from_events,
+)
+from tests.compare_runs import play_demo, trace_file
+
+ROOT = Path(__file__).resolve().parents[2]
+PIN_RECALL = ROOT / "tests/fixtures/arcana-1.2/pin_recall"
+ARCANA_RUN = "17a81a75-0187-4ca7-b323-4a0c6e1c963b"
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    d = tmp_path_factory.mktemp("diff")
+    on = play_demo(d, ["recall", "pin"])
+    off = play_demo(d, [])
+    short = play_demo(d, ["recall", "pin"], turns=3)
+    s = __import__("runtime.scenarios", fromlist=["get_scenario"]).get_scenario("pin-recall-demo").script
+    # A different script: turn 2's message replaced, so turns are aligned by user message.
+    edited = play_demo(d, ["recall", "pin"], script=[s[0], "Something else entirely.", *s[2:]])
+    return {"dir": d, "on": on, "off": off, "short": short, "edited": edited}
+
+
+def data(traces: dict[str, object], key: str) -> RunData:
+    reader = TraceReader(traces["dir"])  # type: ignore[arg-type]
+    rid = str(traces[key])
+    return run_data_from_events(rid, reader.events(rid))
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["trace", "diff", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_primitives_on_and_off_diverge_at_the_pin(traces: dict[str, object]) -> None:
+    c = compare(data(traces, "on"), data(traces, "off"))
+    a, b = c.a.summary(), c.b.summary()
+    assert (a["pins_made"], b["pins_made"]) == (1, 0)
+    assert (a["recalls_found"], b["recalls_found"], b["recalls_not_found"]) == (1, 0, 1)
+    assert (a["turns"], b["turns"]) == (5, 5) and c.aligned_by == "number"
+    assert c.divergence is not None
+    assert (c.divergence.a_turn, c.divergence.b_turn, c.divergence.step) == (1, 1, 2)
+    assert c.divergence.reason == "pins only in A: 'constraints'"
+    # Every later pair differs too: A keeps the pinned block in every working set until its unpin.
+    assert [p.same_working_sets for p in c.pairs] == [False] * 5
+    diff = c.working_set_diff(c.divergence.pair)
+    step1, step2 = diff.steps
+    assert step1.same and not step2.same
+    assert [p.label for p in step2.pins_only_a] == ["constraints"] and step2.pins_only_b == []
+    # The recall and the pin show on one side only, in the turn rows.
+    assert any(line.startswith("recall turn=1") for line in c.pairs[3].a.primitives)
+    assert c.pairs[3].b.primitives == [
+        "recall REJECTED not_enabled: the 'recall' primitive is not enabled for this session (enabled: none)"
+    ]
+
+
+def test_the_same_settings_never_diverge_and_shorter_runs_stand_alone(traces: dict[str, object]) -> None:
+    c = compare(data(traces, "on"), data(traces, "short"))
+    assert c.divergence is None
+    assert [(p.only_in, p.same_working_sets) for p in c.pairs] == [
+        (None, True), (None, True), (None, True), ("a", None), ("a", None)
+    ]  # fmt: skip
+    assert c.to_dict()["working_set_diff"] is None
+    assert c.to_dict(turn=4)["working_set_diff"]["b_turn"] is None
+
+
+def test_different_scripts_align_by_user_message(traces: dict[str, object]) -> None:
+    c = compare(data(traces, "on"), data(traces, "edited"))
+    assert c.aligned_by == "message"
+    shape = [(p.a.number if p.a else None, p.b.number if p.b else None) for p in c.pairs]
+    assert shape == [(1, 1), (2, None), (None, 2), (3, 3), (4, 4), (5, 5)]
+
+
+def test_it_reads_arcana_files_and_compares_them_with_ours(traces: dict[str, object]) -> None:
+    reader = TraceReader(PIN_RECALL)
+    arcana = run_data_from_events(ARCANA_RUN, reader.events(ARCANA_RUN))
+    assert arcana.producer == "arcana-1.2" and len(arcana.turns) == 10
+    assert arcana.summary()["pins_made"] == 2 and arcana.pins_rejected == 1
+    assert (arcana.recalls_found, arcana.recalls_not_found) == (1, 2)
+    # Arcana 1.2 names no pin in its decisions: the pinned blocks are still told apart by pin content.
+    assert any(s.pins for t in arcana.turns for s in t.steps)
+    c = compare(arcana, data(traces, "on"))
+    assert c.aligned_by == "number"  # Arcana records no user messages
+    assert c.divergence is not None and c.divergence.a_turn == 1
+
+
+def test_levels_and_pin_keys() -> None:
+    assert [LEVELS[level_of(o, f)] for o, f in [("kept", None), ("compressed", None), ("compressed", "L3"),
+            ("dropped", None), ("summarized", None), ("kept", "L2")]] == ["L0", "L1", "L3", "dropped", "summarized", "L2"]  # fmt: skip
+    # Two runs' pins with the same text are the same pin whatever their ids.
+    assert pin_key("p_1", "x", "same text") == pin_key("p_2", None, "same text")
+    assert pin_key("p_1", "label", None) != pin_key("p_1", None, None)
+
+
+def test_a_message_kept_higher_in_one_run() -> None:
+    def run(level: int) -> RunData:
+        step = StepData(turn=1, step=1, messages={0: (0, "system", 10), 1: (level, "user", 40)})
+        return RunData(run_id=f"r{level}", turns=[TurnData(number=1, steps=[step])])
+
+    c = compare(run(0), run(3))
+    assert c.divergence is not None and "1 message kept at a higher level in A" in c.divergence.reason
+    (step,) = c.working_set_diff(0).steps
+    assert [(m.index, m.a_level, m.b_level, m.higher) for m in step.messages] == [(1, "L0", "L3", "a")]
+    pin = PinData("p_x", "facts", "F", 5, created_turn=1)
+    assert pin.is_active_at(1) and pin.to_dict()["label"] == "facts"
+
+
+# --------------------------------------------------------------------------------------------------
+# arcana trace diff
+
+
+def test_the_cli_prints_the_summary_turns_and_divergence(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = cli(capsys, str(traces["on"])[:8], str(traces["off"])[:8], "--dir", str(traces["dir"]))
+    assert code == 0, err
+    assert "Pins made" in out and "Recalls found" in out
+    lines = {
+        line.split("  ")[1].strip(): line
+        for line in out.splitlines()
+        if line.startswith(("  Pins made", "  Recalls found"))
+    }
+    assert lines["Pins made"].split()[-2:] == ["1", "0"]
+    assert lines["Recalls found"].split()[-2:] == ["1", "0"]
+    assert "First divergence: turn 1 (A) / turn 1 (B), step 2: pins only in A: 'constraints'" in out
+    assert "[PIN] only in A:" in out and "label='constraints'" in out
+
+
+def test_the_cli_json_is_the_comparison(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = cli(
+        capsys, str(traces["on"]), str(traces["short"]), "--dir", str(traces["dir"]), "--json", "--turn", "4"
+    )
+    assert code == 0
+    body = json.loads(out)
+    assert body == json.loads(json.dumps(compare(data(traces, "on"), data(traces, "short")).to_dict(turn=4)))
+    assert body["divergence"] is None and body["working_set_diff"]["a_turn"] == 4
+
+
+def test_the_cli_takes_files_and_arcana_traces(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    arcana_file = PIN_RECALL / f"{ARCANA_RUN}.jsonl"
+    code, out, err = cli(capsys, str(arcana_file), str(trace_file(traces["dir"], str(traces["on"]))))  # type: ignore[arg-type]
+    assert code == 0, err
+    assert f"A: {ARCANA_RUN}  (arcana-1.2)" in out
+    assert "Turns (aligned by turn number" in out
+
+
+def test_the_cli_exit_codes(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    d = str(traces["dir"])
+    assert cli(capsys, "nope", str(traces["on"]), "--dir", d)[0] == 1  # no such run: the data's fault
+    code, _, err = cli(capsys, str(traces["on"]), str(traces["off"]), "--dir", d, "--turn", "99")
+    assert code == 2 and "neither run has turn 99" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(trace_file(traces["dir"], str(traces["on"])).read_text() + "{not json\n")  # type: ignore[arg-type]
+    code, out, err = cli(capsys, str(bad), str(traces["off"]), "--dir", d)
+    assert code == 1 and "First divergence" in out and "skipped" in err
+
+
+def test_the_cli_keeps_hostile_text_inert(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J\u202eevil"
+    lines = []
+    for line in trace_file(traces["dir"], str(traces["on"])).read_text().splitlines():  # type: ignore[arg-type]
+        ev = json.loads(line)
+        if ev["event_type"] == "turn" and ev["metadata"].get("facts", {}).get("assistant_text"):
+            ev["metadata"]["facts"]["assistant_text"] = hostile
+        if ev["event_type"] == "cognitive_primitive" and ev["metadata"].get("primitive") == "pin":
+            ev["metadata"]["result"]["label"] = hostile
+        lines.append(json.dumps(ev))
+    f = tmp_path / "hostile.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    for extra in ([], ["--json"]):
+        code, out, _ = cli(capsys, str(f), str(trace_file(traces["dir"], str(traces["off"]))), *extra)  # type: ignore[arg-type]
+        assert code == 0
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in out
