@@ -61,8 +61,16 @@ def do_create_team(name: str, owner: Any) -> Team:
 def do_delete_team(team: Team) -> None:
     """Delete the team with its projects, runs, keys, invites and audit log (owners only, checked by
     the caller). Nothing is left to audit into: the team's log goes with it; the server log keeps a line."""
+    from traces.ingest import do_delete_runs_of_project
+    from traces.models import Upload
+
+    files = [f for f in Upload.objects.filter(project__team=team).values_list("file", flat=True) if f]
+    with transaction.atomic():
+        for project in Project.objects.filter(team=team):
+            do_delete_runs_of_project(project)
+        team.delete()
+        transaction.on_commit(lambda: _delete_files(files))
     log.warning("team %s (%s) deleted", team.pk, team.name)
-    team.delete()
 
 
 # --------------------------------------------------------------------------------------------------

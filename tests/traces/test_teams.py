@@ -192,3 +192,24 @@ def test_it_enforces_retention_per_project(alice: Any, alpha: Team, project: Pro
     row = AuditLog.objects.get(event_type=AuditLog.RUNS_EXPIRED)
     assert row.actor is None and row.actor_label == "retention" and row.extra["run_ids"] == [OUR_RUN]
     assert teams.do_enforce_retention() == 0
+
+
+def test_it_deletes_a_team_with_everything_in_it(
+    alice: Any,
+    alpha: Team,
+    project: Project,
+    charlie_project: Project,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ingest_file(project, OURS / f"{OUR_RUN}.jsonl")
+    ingest_file(charlie_project, OURS / f"{OUR_RUN}.jsonl")
+    upload = Upload(project=project, original_name="a.jsonl")
+    upload.file.save("a.jsonl", ContentFile(b"{}\n"), save=True)
+    teams.do_create_api_key(project, alice, "k", ApiKey.Scope.INGEST)
+    with django_capture_on_commit_callbacks(execute=True):
+        teams.do_delete_team(alpha)
+    assert not Team.objects.filter(pk=alpha.pk).exists()
+    assert not Event.objects.filter(project_id=project.pk).exists()
+    assert not ApiKey.objects.exists() and not AuditLog.objects.filter(team_id=alpha.pk).exists()
+    assert not default_storage.exists(upload.file.name)
+    assert Run.objects.filter(project=charlie_project).count() == 1  # another team's runs stay
