@@ -259,7 +259,7 @@ def test_run_again_copies_the_settings_and_opens_the_compare_page(
     assert r["Location"] == cmp.compare_url(f"{project.pk}:{conv.run_id}", f"{project.pk}:{new.run_id}")
     # Until the new run has events and completes, the compare page waits and polls.
     waiting = alice_client.get(r["Location"])
-    assert waiting.status_code == 200 and "waiting for the first event" in waiting.content.decode()
+    assert waiting.status_code == 200 and "queued · 0 of 5 turns" in waiting.content.decode()
     assert b"data-live-url" in waiting.content and b"compare/live" in waiting.content
     live_url = waiting.context["live_url"]
     tag = waiting.context["live_etag"]
