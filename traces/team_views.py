@@ -202,6 +202,8 @@ def team_members(request: HttpRequest, team_id: int) -> HttpResponse:
         "me": membership,
         "tab": "members",
         "rows": rows,
+        # The last owner cannot leave: the page says so instead of offering a button that fails.
+        "last_owner": membership.role == "owner" and sum(m.role == "owner" for m in members) == 1,
         "invites": invites,
         "can_manage": can_manage,
         "roles": roles,
