@@ -170,7 +170,7 @@ def _buffer_chunked_body(request: Request, limit: int) -> None:
     if "chunked" not in meta.get("HTTP_TRANSFER_ENCODING", "").lower() or meta.get("CONTENT_LENGTH"):
         return
     source = meta.get("wsgi.input")
-    if source is None or request._request._read_started:
+    if source is None or getattr(request._request, "_read_started", False):  # private, not in the stubs
         return
     spool = tempfile.SpooledTemporaryFile(max_size=1 << 20)
     size = 0
@@ -182,7 +182,8 @@ def _buffer_chunked_body(request: Request, limit: int) -> None:
         spool.write(chunk)
     spool.seek(0)
     meta["CONTENT_LENGTH"] = str(size)
-    request._request._stream = LimitedStream(spool, size)
+    # Django's private body stream: any binary file serves (the stubs say BytesIO).
+    request._request._stream = LimitedStream(spool, size)  # type: ignore[assignment,arg-type]
 
 
 class ChunkedBodyMixin:
@@ -342,7 +343,7 @@ class UploadListView(ChunkedBodyMixin, BaseView):
             return self._store(request, project, File(tmp, name=name), name, size)
 
     def _store(self, request: Request, project: Project, file: File, name: str, size: int) -> Response:
-        user = request.user if key_of(request) is None else None
+        user = request.user if key_of(request) is None and request.user.is_authenticated else None
         # The file goes to MEDIA_ROOT first (slow I/O, no lock held), then the row is committed and the
         # task enqueued after the commit (the row it reads exists). A broker that is down does not fail
         # the request: the row stays `queued` and the upload sweeper sends it once the broker is back

@@ -78,7 +78,7 @@ def _update_runs(runs: list[Run]) -> None:
     """Write the projected counters of `runs` (one UPDATE per run, sent as one executemany)."""
     if not runs:
         return
-    fields = [Run._meta.get_field(name) for name in _RUN_FIELDS]
+    fields = [_column_field(Run, name) for name in _RUN_FIELDS]
     sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
     sql = f"UPDATE {connection.ops.quote_name(Run._meta.db_table)} SET {sets} WHERE id = %s"
     params = [
@@ -113,6 +113,13 @@ def _allocate_ids(wanted: list[tuple[type[models.Model], int]]) -> list[list[int
     return [list(ids) for ids in row]
 
 
+def _column_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """`model`'s field `name`, which must be a concrete column (not a reverse relation)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field), f"{model.__name__}.{name} is not a column"
+    return field
+
+
 def fast_insert(
     model: type[models.Model],
     rows: list[dict[str, Any]],
@@ -135,13 +142,13 @@ def fast_insert(
     attnames, columns, json_cols = _columns(model)
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
-        model.objects.bulk_create(objs, batch_size=500)
+        model._default_manager.bulk_create(objs, batch_size=500)
         return [obj.pk for obj in objs] if need_ids else []
     meta = model._meta
     with connection.cursor() as cursor:
+        new_ids: list[int] = []
         if need_ids:
-            if ids is None:
-                ids = _allocate_ids([(model, len(rows))])[0]
+            new_ids = ids if ids is not None else _allocate_ids([(model, len(rows))])[0]
             columns = (meta.pk.column, *columns)
         column_sql = ", ".join(connection.ops.quote_name(c) for c in columns)
         json_names = [a for a, j in zip(attnames, json_cols, strict=True) if j]
@@ -154,10 +161,10 @@ def fast_insert(
                     row[name] = _json_text(row[name])
                 values = [row[a] for a in attnames]
                 if need_ids:
-                    values.insert(0, ids[i])
+                    values.insert(0, new_ids[i])
                 lines.append(_copy_line(values))
             cp.write("".join(lines))
-    return ids if need_ids and ids is not None else []
+    return new_ids
 
 
 _EVENT_COLUMNS = (
