@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from traces import live, notes, queries, sharing
+from traces import charts, live, notes, queries, sharing
 from traces.authentication import SignedInRequest
 from traces.models import (
     Action,
@@ -142,7 +142,7 @@ def _events_ctx(run: Run, agent: str, last_turn: int) -> dict[str, Any]:
         PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[: PRIMITIVES_SHOWN + 1]
     )
     return {
-        "pins": queries.pin_chart(run, agent, last_turn),
+        "pins": charts.pin_chart(run, agent, last_turn),
         "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
         "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
     }
@@ -153,7 +153,7 @@ def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
     ctx = _timeline_ctx(request, run, agent)
     ctx.update(
         {
-            "fmap": queries.fidelity_map(run, agent, start=_map_start(request)),
+            "fmap": charts.fidelity_map(run, agent, start=_map_start(request)),
             **_events_ctx(run, agent, ctx["turn_page"].paginator.count),
             **notes.run_notes_ctx(run),
         }
@@ -171,7 +171,7 @@ def live_run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
 
 
 def fidelity_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
-    return {"run": run, "agent": agent, "fmap": queries.fidelity_map(run, agent, start=_map_start(request))}
+    return {"run": run, "agent": agent, "fmap": charts.fidelity_map(run, agent, start=_map_start(request))}
 
 
 @login_required

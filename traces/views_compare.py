@@ -19,13 +19,13 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from runtime.compare import LEVELS, Comparison, TurnPair
+from traces import charts, live
 from traces import compare as cmp
 from traces import conversations as service
-from traces import live, queries
 from traces.models import Action, Conversation, Run, projects_for_user, user_can
 
 #: Steps of each fidelity map drawn at once on the compare page (the run page's window).
-MAP_WINDOW = queries.MAP_WINDOW
+MAP_WINDOW = charts.MAP_WINDOW
 #: Aligned turn pairs listed in full; longer runs list the pairs around the divergence and the turn shown.
 TURNS_SHOWN = 200
 
@@ -165,10 +165,10 @@ def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
         "diff": c.working_set_diff(pair) if pair is not None else None,
         "agent_a": agent_a,
         "agent_b": agent_b,
-        "fmap_a": queries.fidelity_map(run_a, agent_a, start=start, window=window, scale_steps=window),
-        "fmap_b": queries.fidelity_map(run_b, agent_b, start=start, window=window, scale_steps=window),
-        "pins_a": queries.pin_chart(run_a, agent_a, last_turn),
-        "pins_b": queries.pin_chart(run_b, agent_b, last_turn),
+        "fmap_a": charts.fidelity_map(run_a, agent_a, start=start, window=window, scale_steps=window),
+        "fmap_b": charts.fidelity_map(run_b, agent_b, start=start, window=window, scale_steps=window),
+        "pins_a": charts.pin_chart(run_a, agent_a, last_turn),
+        "pins_b": charts.pin_chart(run_b, agent_b, last_turn),
         "levels": LEVELS,
         "swap_url": cmp.compare_url(run_b, run_a),
     }

@@ -1,0 +1,511 @@
+"""The run page's two SVG charts, measured and laid out here so templates only draw: the fidelity
+map (messages × steps, one rectangle per run of equal outcomes) and the pin lanes (each pin's
+lifetime, with its expiry, unpin and refused calls). Each builder reads what it draws in a few
+queries; pages and the compare view call them through `traces.queries` or here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from runtime.facts import rendered_pins
+from traces.models import (
+    ContextDecision,
+    MessageDecisionDict,
+    Pin,
+    PrimitiveEvent,
+    Run,
+    unpack_message_decisions,
+)
+
+
+def outcome_class(d: MessageDecisionDict | dict[str, Any]) -> str:
+    """The fidelity-map class of one message decision: pin, L0–L3, dropped or summarized."""
+    if d.get("pinned") or d.get("reason") == "pinned":
+        return "pin"
+    outcome = d.get("outcome") or ""
+    if outcome in ("dropped", "summarized"):
+        return outcome
+    fidelity = d.get("fidelity")
+    if fidelity in ("L0", "L1", "L2", "L3"):
+        return str(fidelity)
+    # `kept` with no fidelity is the original message: full fidelity.
+    return "L0" if outcome == "kept" else "L1" if outcome == "compressed" else "L0"
+
+
+def outcome_label(d: MessageDecisionDict | dict[str, Any]) -> str:
+    outcome = d.get("outcome") or "?"
+    fidelity = d.get("fidelity")
+    return f"{outcome} at {fidelity}" if fidelity else str(outcome)
+
+
+@dataclass
+class MapCell:
+    # Coordinates are pre-formatted strings: a window draws a thousand cells or more, and Django's
+    # float localization in templates would otherwise dominate the page's render time.
+    x: str
+    y: str
+    w: str
+    cls: str
+    title: str
+
+
+@dataclass
+class MapRow:
+    y: str
+    label: str
+    title: str
+    is_pin: bool
+
+
+@dataclass
+class MapTick:
+    x: str
+    label: str
+    url: str
+
+
+@dataclass
+class FidelityMap:
+    """A window of steps drawn as rows (messages, then pinned blocks) × columns (steps).
+
+    Cells are run-length encoded along a row: consecutive steps where a message had the same outcome
+    become one rectangle, which keeps a 200-message × 100-step window to a few hundred elements.
+    """
+
+    total_steps: int
+    start: int  # 0-based index of the first step shown
+    window: int
+    columns: list[dict[str, Any]]
+    rows: list[MapRow]
+    cells: list[MapCell]
+    ticks: list[MapTick]
+    separators: list[str]
+    width: float
+    height: float
+    x0: float
+    cw: float
+    ch: float
+    top: float
+    legend: list[tuple[str, str]] = field(default_factory=list)
+    truncated_rows: bool = False
+
+    @property
+    def label_x(self) -> float:
+        return self.x0 - 6
+
+    @property
+    def cell_h(self) -> float:
+        return self.ch - 1 if self.ch >= 11 else self.ch - 0.5
+
+    @property
+    def end(self) -> int:
+        return min(self.total_steps, self.start + self.window)
+
+    @property
+    def max_start(self) -> int:
+        return max(0, self.total_steps - self.window)
+
+    @property
+    def windowed(self) -> bool:
+        return self.total_steps > self.window
+
+
+LEGEND = [
+    ("L0", "L0 — original"),
+    ("L1", "L1 — first 300 chars"),
+    ("L2", "L2 — first 80 chars"),
+    ("L3", "L3 — stub"),
+    ("summarized", "summarized"),
+    ("dropped", "dropped"),
+    ("pin", "pinned block"),
+]
+
+
+MAP_WINDOW = 100  # steps per window; a wider map stops being readable and grows the page
+
+
+MAP_LABEL_WIDTH = 150.0
+
+
+MAP_MAX_ROWS = 400  # rows beyond this are cut (with a note); keeps the SVG under a few hundred KB
+
+
+def fidelity_map(
+    run: Run,
+    agent: str,
+    start: int | None = None,
+    window: int = MAP_WINDOW,
+    *,
+    scale_steps: int | None = None,
+) -> FidelityMap:
+    """Build the map for `agent`'s steps [start, start + window). Four queries: a count, the window's
+    ids, its decisions and the agent's pins.
+
+    `start=None` shows the last window (where a long conversation has faded most). `scale_steps`
+    sizes the columns as if the window held that many steps, so two maps drawn one above the other
+    (the compare page) share one scale."""
+    decisions = ContextDecision.objects.filter(run=run, agent=agent)
+    total = decisions.count()
+    window = max(10, min(window, 400))
+    if start is None:
+        start = max(0, total - window)
+    start = max(0, min(start, max(0, total - window)))
+    # Pick the window's ids first: sorting the full rows would drag every step's decision array
+    # (tens of KB each) through the sorter; then read the arrays of the window only.
+    ids = list(
+        decisions.order_by("turn_number", "step_number").values_list("id", flat=True)[start : start + window]
+    )
+    rows_qs = (
+        ContextDecision.objects.filter(id__in=ids)
+        .order_by("turn_number", "step_number")
+        .values_list("turn_number", "step_number", "strategy", "message_table")
+    )
+    steps = [(t, s, strategy, unpack_message_decisions(table)) for t, s, strategy, table in rows_qs]
+
+    agent_q = f"?{urlencode({'agent': agent})}" if agent else ""
+    n = len(steps)
+    cw = max(5.0, min(64.0, 960.0 / max(scale_steps or n, n, 1)))
+    # Arcana 1.2 pin decisions carry no pin_id: the k-th pinned block of a step is the k-th pin active
+    # at its turn (pins are rendered in creation order), so resolve them against the agent's pins.
+    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
+    # Collect the per-message outcome for every column, keyed by row key.
+    per_row: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
+    row_meta: dict[tuple[int, Any], tuple[str, str]] = {}
+    columns: list[dict[str, Any]] = []
+    cls_cache: dict[tuple[Any, ...], str] = {}
+    for col, (turn_number, step_number, strategy, mds) in enumerate(steps):
+        turn_url = run.turn_url(turn_number) + agent_q + f"#step-{step_number}"
+        columns.append(
+            {
+                "label": f"Turn {turn_number} · step {step_number} · {strategy or 'no strategy'}",
+                "url": turn_url,
+            }
+        )
+        pin_k = 0
+        active: list[Pin] | None = None
+        for d in mds or []:
+            if d.get("pinned") or d.get("reason") == "pinned":  # is_pin_decision, inlined: hot loop
+                pin_k += 1
+                pin_id = d.get("pin_id")
+                if not pin_id:
+                    # Rows stored before ingestion named Arcana's pinned blocks (rebuild_projections).
+                    if active is None:
+                        active = rendered_pins(pins, turn_number)
+                    pin_id = active[pin_k - 1].pin_id if pin_k <= len(active) else f"#{pin_k}"
+                key: tuple[int, Any] = (1, pin_id)
+                if key not in row_meta:
+                    label = next((p.label for p in pins if p.pin_id == pin_id and p.label), "") or pin_id
+                    row_meta[key] = (f"[PIN] {label[:18]}", f"pinned block {pin_id} ({label})")
+            else:
+                idx = d.get("index")
+                if idx is None:
+                    continue
+                key = (0, int(idx))
+                row_meta.setdefault(
+                    key, (f"#{idx} {d.get('role') or '?'}", f"message {idx} ({d.get('role')})")
+                )
+            # The hover text is built later, once per drawn cell, not once per decision.
+            ck = (d.get("outcome"), d.get("fidelity"), d.get("pinned"), d.get("reason"))
+            cls = cls_cache.get(ck)
+            if cls is None:
+                cls = cls_cache[ck] = outcome_class(d)
+            per_row.setdefault(key, []).append((col, cls, d))
+
+    keys = sorted(per_row, key=lambda k: (k[0], k[1] if k[0] == 0 else str(k[1])))
+    truncated = len(keys) > MAP_MAX_ROWS
+    keys = keys[:MAP_MAX_ROWS]
+    ch = 16.0 if len(keys) <= 40 else 11.0 if len(keys) <= 120 else 8.0
+    top = 22.0
+    x0 = MAP_LABEL_WIDTH
+    rows: list[MapRow] = []
+    cells: list[MapCell] = []
+    for r, key in enumerate(keys):
+        y = top + r * ch
+        label, title = row_meta[key]
+        # Small rows get a label every fifth row; the tooltip names every row.
+        shown = ch >= 11 or r % 5 == 0 or key[0] == 1
+        rows.append(
+            MapRow(y=f"{y + ch - 3:.1f}", label=label if shown else "", title=title, is_pin=key[0] == 1)
+        )
+        run_start: tuple[int, str, str] | None = None
+        prev_col = -2
+        for col, cls, d in per_row[key]:
+            if run_start and cls == run_start[1] and col == prev_col + 1:
+                prev_col = col
+                continue
+            if run_start:
+                cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
+            run_start, prev_col = (col, cls, _cell_title(title, d)), col
+        if run_start:
+            cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
+
+    ticks: list[MapTick] = []
+    separators: list[float] = []
+    last_turn: int | None = None
+    last_tick_col = -(10**6)
+    # Label a turn only when there is room for it (about 40 px between labels).
+    tick_every = max(1, round(40 / cw))
+    for col, (turn_number, _step, _strategy, _mds) in enumerate(steps):
+        if turn_number == last_turn:
+            continue
+        if col:
+            separators.append(f"{x0 + col * cw:.1f}")
+        if col - last_tick_col >= tick_every:
+            ticks.append(MapTick(x=f"{x0 + col * cw:.1f}", label=f"T{turn_number}", url=columns[col]["url"]))
+            last_tick_col = col
+        last_turn = turn_number
+    return FidelityMap(
+        total_steps=total,
+        start=start,
+        window=window,
+        columns=columns,
+        rows=rows,
+        cells=cells,
+        ticks=ticks,
+        separators=separators,
+        width=x0 + n * cw + 4,
+        height=top + len(keys) * ch + 4,
+        x0=x0,
+        cw=cw,
+        ch=ch,
+        top=top,
+        legend=LEGEND,
+        truncated_rows=truncated,
+    )
+
+
+def _cell_title(row_title: str, d: dict[str, Any]) -> str:
+    rel = d.get("relevance_score")
+    return (
+        f"{row_title}: {outcome_label(d)}, {d.get('token_count_before')}→{d.get('token_count_after')} tokens"
+        f"{f', relevance {rel:.2f}' if isinstance(rel, int | float) else ''}"
+        f"\nreason: {d.get('reason') or '—'}"
+    )
+
+
+def _cell(start: tuple[int, str, str], end_col: int, x0: float, cw: float, y: float, ch: float) -> MapCell:
+    col, cls, title = start
+    span = end_col - col + 1
+    suffix = f"\n(same for {span} steps)" if span > 1 else ""
+    # A hairline gap between cells keeps columns countable when they are wide enough to afford it.
+    return MapCell(
+        x=f"{x0 + col * cw:.1f}",
+        y=f"{y:.1f}",
+        w=f"{span * cw - (1 if cw >= 6 else 0):.1f}",
+        cls=cls,
+        title=title + suffix,
+    )
+
+
+@dataclass
+class PinLane:
+    pin: Pin
+    y: float
+    x: float
+    w: float
+    end_turn: int
+    ended_by: str  # "unpinned", "expired", "open" (still active at the last turn)
+    title: str
+
+    @property
+    def bar_y(self) -> float:
+        return self.y + 3
+
+    @property
+    def text_y(self) -> float:
+        return self.y + 15
+
+    @property
+    def text_x(self) -> float:
+        return self.x + 5
+
+
+@dataclass
+class PinMarker:
+    x: float
+    y: float
+    turn: int | None
+    title: str
+
+    @property
+    def cross(self) -> str:
+        """An SVG path drawing an ✕ centred on the marker."""
+        x, y = self.x, self.y
+        return f"M{x - 5:.1f},{y - 5:.1f}L{x + 5:.1f},{y + 5:.1f}M{x + 5:.1f},{y - 5:.1f}L{x - 5:.1f},{y + 5:.1f}"
+
+
+@dataclass
+class PinChart:
+    """Pins of one agent on a turn axis: a bar per pin, pinned tokens per turn against the cap."""
+
+    lanes: list[PinLane]
+    rejected: list[PinMarker]
+    last_turn: int
+    cap: int | None
+    cap_source: str
+    width: float
+    height: float
+    x0: float
+    tw: float
+    chart_top: float
+    chart_h: float
+    lanes_top: float
+    area_path: str
+    cap_y: float | None
+    peak_tokens: int
+    ticks: list[tuple[float, int]]
+    cap_off_scale: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.lanes and not self.rejected
+
+    @property
+    def label_x(self) -> float:
+        return self.x0 - 8
+
+    @property
+    def right(self) -> float:
+        return self.width - 10
+
+    @property
+    def chart_bottom(self) -> float:
+        return self.chart_top + self.chart_h
+
+    @property
+    def axis_y(self) -> float:
+        return self.chart_top + self.chart_h + 16
+
+    @property
+    def rejected_y(self) -> float:
+        return self.lanes_top + len(self.lanes) * PIN_LANE_H + PIN_LANE_H / 2 + 4
+
+
+PIN_LANE_H = 22.0
+
+
+PIN_CHART_W = 960.0
+
+
+PIN_LABEL_W = 190.0
+
+
+def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
+    """Two or three queries: the agent's pins, its rejected pin calls, and (only when no rejection
+    reported the cap) the window size of its latest decision, from which the default 50 % cap follows."""
+    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
+    rejected_events = list(
+        PrimitiveEvent.objects.filter(run=run, agent=agent, primitive="pin", ok=False).order_by("timestamp")
+    )
+    last_turn = max([last_turn, *(p.created_turn for p in pins), 1])
+    cap: int | None = None
+    cap_source = ""
+    for ev in rejected_events:
+        value = ev.result.get("cap") if isinstance(ev.result, dict) else None
+        if isinstance(value, int):
+            cap, cap_source = value, "reported by a rejected pin call"
+    if cap is None and pins:
+        report = (
+            ContextDecision.objects.filter(run=run, agent=agent, report__isnull=False)
+            .order_by("-turn_number", "-step_number")
+            .values_list("report", flat=True)
+            .first()
+        )
+        window = report.get("window_size") if isinstance(report, dict) else None
+        if isinstance(window, int | float) and window > 0:
+            cap, cap_source = int(window * 0.5), "window × 0.5 (default pin_budget_fraction)"
+
+    x0 = PIN_LABEL_W
+    tw = (PIN_CHART_W - x0 - 10) / last_turn
+    chart_top, chart_h = 8.0, 70.0
+    lanes_top = chart_top + chart_h + 26
+    lanes: list[PinLane] = []
+    for i, p in enumerate(pins):
+        if p.unpinned_turn is not None and (p.until_turn is None or p.unpinned_turn <= p.until_turn):
+            end, ended_by = p.unpinned_turn, "unpinned"
+        elif p.until_turn is not None and p.until_turn < last_turn:
+            end, ended_by = max(p.until_turn, p.created_turn), "expired"
+        else:
+            end, ended_by = last_turn, "open"
+        until = f"until turn {p.until_turn}" if p.until_turn is not None else "no expiry"
+        how = {
+            "unpinned": f"unpinned at turn {end}",
+            "expired": f"expired after turn {end}",
+            "open": "active",
+        }[ended_by]
+        title = (
+            f"{p.pin_id} · {p.label or 'no label'} · {p.tokens if p.tokens is not None else '?'} tokens\n"
+            f"pinned at turn {p.created_turn} · {until} · {how}"
+        )
+        lanes.append(
+            PinLane(
+                pin=p,
+                y=lanes_top + i * PIN_LANE_H,
+                x=x0 + (p.created_turn - 1) * tw,
+                w=max(3.0, (end - p.created_turn + 1) * tw - 1),
+                end_turn=end,
+                ended_by=ended_by,
+                title=title,
+            )
+        )
+    markers_y = lanes_top + len(lanes) * PIN_LANE_H
+    rejected = []
+    for ev in rejected_events:
+        result = ev.result if isinstance(ev.result, dict) else {}
+        t = ev.turn_number or 1
+        rejected.append(
+            PinMarker(
+                x=x0 + (t - 0.5) * tw,
+                y=markers_y + PIN_LANE_H / 2,
+                turn=ev.turn_number,
+                title=(
+                    f"pin rejected at turn {ev.turn_number}: {result.get('reason') or result.get('error')}"
+                    + (
+                        f" (current {result.get('current_pin_tokens')} + requested "
+                        f"{result.get('requested_tokens')} > cap {result.get('cap')})"
+                        if result.get("cap") is not None
+                        else ""
+                    )
+                ),
+            )
+        )
+
+    # Pinned tokens in effect per turn, as a step line (rendered pins, per DESIGN.md §1).
+    per_turn = [sum(p.tokens or 0 for p in pins if p.is_active_at(t)) for t in range(1, last_turn + 1)]
+    peak = max(per_turn or [0])
+    # Keep the pinned tokens readable: when the cap dwarfs them, the cap line sits at the top, marked
+    # off-scale, instead of flattening the chart.
+    cap_off_scale = cap is not None and cap > max(peak, 1) * 3
+    scale_max = max(peak * 1.25, 1) if cap_off_scale or cap is None else max(peak, cap) * 1.1
+
+    def y_of(v: float) -> float:
+        return chart_top + chart_h - (v / scale_max) * chart_h
+
+    pts = [f"M{x0:.1f},{chart_top + chart_h:.1f}"]
+    for i, v in enumerate(per_turn):
+        xa, xb = x0 + i * tw, x0 + (i + 1) * tw
+        pts.append(f"L{xa:.1f},{y_of(v):.1f}L{xb:.1f},{y_of(v):.1f}")
+    pts.append(f"L{x0 + last_turn * tw:.1f},{chart_top + chart_h:.1f}Z")
+    step = max(1, round(last_turn / 12))
+    ticks = [(x0 + (t - 0.5) * tw, t) for t in range(1, last_turn + 1) if t == 1 or t % step == 0]
+    return PinChart(
+        lanes=lanes,
+        rejected=rejected,
+        last_turn=last_turn,
+        cap=cap,
+        cap_source=cap_source,
+        width=PIN_CHART_W,
+        height=markers_y + (PIN_LANE_H if rejected else 0) + 24,
+        x0=x0,
+        tw=tw,
+        chart_top=chart_top,
+        chart_h=chart_h,
+        lanes_top=lanes_top,
+        area_path="".join(pts),
+        cap_y=(chart_top if cap_off_scale else y_of(cap)) if cap else None,
+        cap_off_scale=cap_off_scale,
+        peak_tokens=peak,
+        ticks=ticks,
+    )
