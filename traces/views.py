@@ -8,6 +8,7 @@ string. Views read projections only; nothing here parses raw event JSON.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -261,6 +262,7 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
         "run": run,
         "agent": agent,
         "turn": turn,
+        "agent_tabs": _agent_tabs(run, number),
         "steps": step_views,
         "active_pins": active_pins,
         "loose_primitives": loose,
@@ -270,6 +272,19 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
         **notes.turn_notes_ctx(run, agent, number, step_views),
         **notes.note_perm_ctx(membership_of(request.user, run.project.team_id)),
     }
+
+
+def _agent_tabs(run: Run, number: int) -> list[tuple[str, str]]:
+    """A pool's agent tabs on turn `number`: each agent's own turn `number`, or its run overview when
+    it has no such turn (agents of a pool take different numbers of turns). One query, pools only."""
+    agents = list(run.agents or [])
+    if not agents:
+        return []
+    having = set(Turn.objects.filter(run=run, number=number).values_list("agent", flat=True))
+    return [
+        (a, (run.turn_url(number) if a in having else run.get_absolute_url()) + "?" + urlencode({"agent": a}))
+        for a in agents
+    ]
 
 
 def _snapshot(snapshot: Any) -> dict[str, Any] | None:

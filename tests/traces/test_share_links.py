@@ -365,3 +365,23 @@ def test_a_live_run_polls_share_scoped_fragments(project: Project, alice: Any) -
         assert polled and all(a.startswith(prefix) for a in polled), (page, polled)
         for url in polled:
             assert client.get(url).status_code == 200
+
+
+def test_pool_agent_tabs_never_lead_to_a_missing_turn(project: Project, alice: Any) -> None:
+    from tests.traces.views_helpers import decision, ingest_events, our_step
+
+    events = []
+    for agent, turns in (("researcher", 1), ("writer", 2)):
+        for t in range(1, turns + 1):
+            for ev in our_step("pool-uneven", t, 1, decisions=[decision(0, "user")]):
+                ev["metadata"]["source_agent"] = agent
+                events.append(ev)
+    ingest_events(project, events, source="api")
+    run = Run.objects.get(run_id="pool-uneven")
+    assert sorted(run.agents) == ["researcher", "writer"]
+    _l, token = _link(run, alice)
+    for client, page in ((_logged_in(alice), run.turn_url(2) + "?agent=writer"),
+                         (Client(), sharing.share_url(token) + "/turns/2?agent=writer")):  # fmt: skip
+        body = client.get(page).content.decode()
+        tabs = [a for a in addresses(body) if "agent=researcher" in a]
+        assert tabs and all(client.get(a).status_code == 200 for a in tabs), tabs
