@@ -5,6 +5,7 @@ queries; pages and the compare view call them through `traces.queries` or here."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -20,7 +21,7 @@ from traces.models import (
 )
 
 
-def outcome_class(d: MessageDecisionDict | dict[str, Any]) -> str:
+def outcome_class(d: Mapping[str, Any]) -> str:
     """The fidelity-map class of one message decision: pin, L0–L3, dropped or summarized."""
     if d.get("pinned") or d.get("reason") == "pinned":
         return "pin"
@@ -34,7 +35,7 @@ def outcome_class(d: MessageDecisionDict | dict[str, Any]) -> str:
     return "L0" if outcome == "kept" else "L1" if outcome == "compressed" else "L0"
 
 
-def outcome_label(d: MessageDecisionDict | dict[str, Any]) -> str:
+def outcome_label(d: Mapping[str, Any]) -> str:
     outcome = d.get("outcome") or "?"
     fidelity = d.get("fidelity")
     return f"{outcome} at {fidelity}" if fidelity else str(outcome)
@@ -146,6 +147,48 @@ def fidelity_map(
     `start=None` shows the last window (where a long conversation has faded most). `scale_steps`
     sizes the columns as if the window held that many steps, so two maps drawn one above the other
     (the compare page) share one scale."""
+    total, start, window, steps = _map_window(run, agent, start, window)
+    n = len(steps)
+    cw = max(5.0, min(64.0, 960.0 / max(scale_steps or n, n, 1)))
+    columns, per_row, row_meta = _map_outcomes(run, agent, steps)
+    keys = sorted(per_row, key=lambda k: (k[0], k[1] if k[0] == 0 else str(k[1])))
+    truncated = len(keys) > MAP_MAX_ROWS
+    keys = keys[:MAP_MAX_ROWS]
+    ch = 16.0 if len(keys) <= 40 else 11.0 if len(keys) <= 120 else 8.0
+    top = 22.0
+    x0 = MAP_LABEL_WIDTH
+    rows, cells = _map_rows(keys, per_row, row_meta, x0=x0, cw=cw, ch=ch, top=top)
+    ticks, separators = _map_ticks(steps, columns, x0=x0, cw=cw)
+    return FidelityMap(
+        total_steps=total,
+        start=start,
+        window=window,
+        columns=columns,
+        rows=rows,
+        cells=cells,
+        ticks=ticks,
+        separators=separators,
+        width=x0 + n * cw + 4,
+        height=top + len(keys) * ch + 4,
+        x0=x0,
+        cw=cw,
+        ch=ch,
+        top=top,
+        legend=LEGEND,
+        truncated_rows=truncated,
+    )
+
+
+# A step of the window: (turn, step, strategy, its message decisions).
+_MapStep = tuple[int, int, str, list[MessageDecisionDict]]
+# A row of the map: (0, message index) or (1, pin id); pins sort after messages.
+_RowKey = tuple[int, Any]
+# A row's cells before run-length encoding: (column, CSS class, decision).
+_RowCells = dict[_RowKey, list[tuple[int, str, MessageDecisionDict]]]
+
+
+def _map_window(run: Run, agent: str, start: int | None, window: int) -> tuple[int, int, int, list[_MapStep]]:
+    """The agent's step count, the clamped window and its steps (three queries)."""
     decisions = ContextDecision.objects.filter(run=run, agent=agent)
     total = decisions.count()
     window = max(10, min(window, 400))
@@ -164,15 +207,21 @@ def fidelity_map(
     )
     steps = [(t, s, strategy, unpack_message_decisions(table)) for t, s, strategy, table in rows_qs]
 
+    return total, start, window, steps
+
+
+def _map_outcomes(
+    run: Run, agent: str, steps: list[_MapStep]
+) -> tuple[list[dict[str, Any]], _RowCells, dict[_RowKey, tuple[str, str]]]:
+    """Each step's column (label, link), each row's cells, and each row's label and title (one query:
+    the agent's pins)."""
     agent_q = f"?{urlencode({'agent': agent})}" if agent else ""
-    n = len(steps)
-    cw = max(5.0, min(64.0, 960.0 / max(scale_steps or n, n, 1)))
     # Arcana 1.2 pin decisions carry no pin_id: the k-th pinned block of a step is the k-th pin active
     # at its turn (pins are rendered in creation order), so resolve them against the agent's pins.
     pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
     # Collect the per-message outcome for every column, keyed by row key.
-    per_row: dict[tuple[int, Any], list[tuple[int, str, str]]] = {}
-    row_meta: dict[tuple[int, Any], tuple[str, str]] = {}
+    per_row: _RowCells = {}
+    row_meta: dict[_RowKey, tuple[str, str]] = {}
     columns: list[dict[str, Any]] = []
     cls_cache: dict[tuple[Any, ...], str] = {}
     for col, (turn_number, step_number, strategy, mds) in enumerate(steps):
@@ -213,12 +262,21 @@ def fidelity_map(
                 cls = cls_cache[ck] = outcome_class(d)
             per_row.setdefault(key, []).append((col, cls, d))
 
-    keys = sorted(per_row, key=lambda k: (k[0], k[1] if k[0] == 0 else str(k[1])))
-    truncated = len(keys) > MAP_MAX_ROWS
-    keys = keys[:MAP_MAX_ROWS]
-    ch = 16.0 if len(keys) <= 40 else 11.0 if len(keys) <= 120 else 8.0
-    top = 22.0
-    x0 = MAP_LABEL_WIDTH
+    return columns, per_row, row_meta
+
+
+def _map_rows(
+    keys: list[_RowKey],
+    per_row: _RowCells,
+    row_meta: dict[_RowKey, tuple[str, str]],
+    *,
+    x0: float,
+    cw: float,
+    ch: float,
+    top: float,
+) -> tuple[list[MapRow], list[MapCell]]:
+    """The rows' labels and their cells, run-length encoded: equal outcomes in consecutive steps are
+    one rectangle."""
     rows: list[MapRow] = []
     cells: list[MapCell] = []
     for r, key in enumerate(keys):
@@ -241,8 +299,15 @@ def fidelity_map(
         if run_start:
             cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
 
+    return rows, cells
+
+
+def _map_ticks(
+    steps: list[_MapStep], columns: list[dict[str, Any]], *, x0: float, cw: float
+) -> tuple[list[MapTick], list[str]]:
+    """Turn labels where there is room, and a separator line at each turn's first step."""
     ticks: list[MapTick] = []
-    separators: list[float] = []
+    separators: list[str] = []
     last_turn: int | None = None
     last_tick_col = -(10**6)
     # Label a turn only when there is room for it (about 40 px between labels).
@@ -256,27 +321,10 @@ def fidelity_map(
             ticks.append(MapTick(x=f"{x0 + col * cw:.1f}", label=f"T{turn_number}", url=columns[col]["url"]))
             last_tick_col = col
         last_turn = turn_number
-    return FidelityMap(
-        total_steps=total,
-        start=start,
-        window=window,
-        columns=columns,
-        rows=rows,
-        cells=cells,
-        ticks=ticks,
-        separators=separators,
-        width=x0 + n * cw + 4,
-        height=top + len(keys) * ch + 4,
-        x0=x0,
-        cw=cw,
-        ch=ch,
-        top=top,
-        legend=LEGEND,
-        truncated_rows=truncated,
-    )
+    return ticks, separators
 
 
-def _cell_title(row_title: str, d: dict[str, Any]) -> str:
+def _cell_title(row_title: str, d: Mapping[str, Any]) -> str:
     rel = d.get("relevance_score")
     return (
         f"{row_title}: {outcome_label(d)}, {d.get('token_count_before')}→{d.get('token_count_after')} tokens"
@@ -400,78 +448,15 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
         PrimitiveEvent.objects.filter(run=run, agent=agent, primitive="pin", ok=False).order_by("timestamp")
     )
     last_turn = max([last_turn, *(p.created_turn for p in pins), 1])
-    cap: int | None = None
-    cap_source = ""
-    for ev in rejected_events:
-        value = ev.result.get("cap") if isinstance(ev.result, dict) else None
-        if isinstance(value, int):
-            cap, cap_source = value, "reported by a rejected pin call"
-    if cap is None and pins:
-        report = (
-            ContextDecision.objects.filter(run=run, agent=agent, report__isnull=False)
-            .order_by("-turn_number", "-step_number")
-            .values_list("report", flat=True)
-            .first()
-        )
-        window = report.get("window_size") if isinstance(report, dict) else None
-        if isinstance(window, int | float) and window > 0:
-            cap, cap_source = int(window * 0.5), "window × 0.5 (default pin_budget_fraction)"
+    cap, cap_source = _pin_cap(run, agent, pins, rejected_events)
 
     x0 = PIN_LABEL_W
     tw = (PIN_CHART_W - x0 - 10) / last_turn
     chart_top, chart_h = 8.0, 70.0
     lanes_top = chart_top + chart_h + 26
-    lanes: list[PinLane] = []
-    for i, p in enumerate(pins):
-        if p.unpinned_turn is not None and (p.until_turn is None or p.unpinned_turn <= p.until_turn):
-            end, ended_by = p.unpinned_turn, "unpinned"
-        elif p.until_turn is not None and p.until_turn < last_turn:
-            end, ended_by = max(p.until_turn, p.created_turn), "expired"
-        else:
-            end, ended_by = last_turn, "open"
-        until = f"until turn {p.until_turn}" if p.until_turn is not None else "no expiry"
-        how = {
-            "unpinned": f"unpinned at turn {end}",
-            "expired": f"expired after turn {end}",
-            "open": "active",
-        }[ended_by]
-        title = (
-            f"{p.pin_id} · {p.label or 'no label'} · {p.tokens if p.tokens is not None else '?'} tokens\n"
-            f"pinned at turn {p.created_turn} · {until} · {how}"
-        )
-        lanes.append(
-            PinLane(
-                pin=p,
-                y=lanes_top + i * PIN_LANE_H,
-                x=x0 + (p.created_turn - 1) * tw,
-                w=max(3.0, (end - p.created_turn + 1) * tw - 1),
-                end_turn=end,
-                ended_by=ended_by,
-                title=title,
-            )
-        )
+    lanes = [_pin_lane(p, lanes_top + i * PIN_LANE_H, last_turn, x0=x0, tw=tw) for i, p in enumerate(pins)]
     markers_y = lanes_top + len(lanes) * PIN_LANE_H
-    rejected = []
-    for ev in rejected_events:
-        result = ev.result if isinstance(ev.result, dict) else {}
-        t = ev.turn_number or 1
-        rejected.append(
-            PinMarker(
-                x=x0 + (t - 0.5) * tw,
-                y=markers_y + PIN_LANE_H / 2,
-                turn=ev.turn_number,
-                title=(
-                    f"pin rejected at turn {ev.turn_number}: {result.get('reason') or result.get('error')}"
-                    + (
-                        f" (current {result.get('current_pin_tokens')} + requested "
-                        f"{result.get('requested_tokens')} > cap {result.get('cap')})"
-                        if result.get("cap") is not None
-                        else ""
-                    )
-                ),
-            )
-        )
-
+    rejected = [_rejected_marker(ev, markers_y + PIN_LANE_H / 2, x0=x0, tw=tw) for ev in rejected_events]
     # Pinned tokens in effect per turn, as a step line (rendered pins, per DESIGN.md §1).
     per_turn = [sum(p.tokens or 0 for p in pins if p.is_active_at(t)) for t in range(1, last_turn + 1)]
     peak = max(per_turn or [0])
@@ -508,4 +493,78 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
         cap_off_scale=cap_off_scale,
         peak_tokens=peak,
         ticks=ticks,
+    )
+
+
+def _pin_cap(
+    run: Run, agent: str, pins: list[Pin], rejected_events: list[PrimitiveEvent]
+) -> tuple[int | None, str]:
+    """The pin budget to draw and where it came from: reported by a refused pin call, else the default
+    50 % of the latest window (one query), else unknown."""
+    cap: int | None = None
+    cap_source = ""
+    for ev in rejected_events:
+        value = ev.result.get("cap") if isinstance(ev.result, dict) else None
+        if isinstance(value, int):
+            cap, cap_source = value, "reported by a rejected pin call"
+    if cap is None and pins:
+        report = (
+            ContextDecision.objects.filter(run=run, agent=agent, report__isnull=False)
+            .order_by("-turn_number", "-step_number")
+            .values_list("report", flat=True)
+            .first()
+        )
+        window = report.get("window_size") if isinstance(report, dict) else None
+        if isinstance(window, int | float) and window > 0:
+            cap, cap_source = int(window * 0.5), "window × 0.5 (default pin_budget_fraction)"
+
+    return cap, cap_source
+
+
+def _pin_lane(p: Pin, y: float, last_turn: int, *, x0: float, tw: float) -> PinLane:
+    """A pin's bar from its creation to its unpin, its expiry or the last turn, with its tooltip."""
+    if p.unpinned_turn is not None and (p.until_turn is None or p.unpinned_turn <= p.until_turn):
+        end, ended_by = p.unpinned_turn, "unpinned"
+    elif p.until_turn is not None and p.until_turn < last_turn:
+        end, ended_by = max(p.until_turn, p.created_turn), "expired"
+    else:
+        end, ended_by = last_turn, "open"
+    until = f"until turn {p.until_turn}" if p.until_turn is not None else "no expiry"
+    how = {
+        "unpinned": f"unpinned at turn {end}",
+        "expired": f"expired after turn {end}",
+        "open": "active",
+    }[ended_by]
+    title = (
+        f"{p.pin_id} · {p.label or 'no label'} · {p.tokens if p.tokens is not None else '?'} tokens\n"
+        f"pinned at turn {p.created_turn} · {until} · {how}"
+    )
+    return PinLane(
+        pin=p,
+        y=y,
+        x=x0 + (p.created_turn - 1) * tw,
+        w=max(3.0, (end - p.created_turn + 1) * tw - 1),
+        end_turn=end,
+        ended_by=ended_by,
+        title=title,
+    )
+
+
+def _rejected_marker(ev: PrimitiveEvent, y: float, *, x0: float, tw: float) -> PinMarker:
+    """An ✕ at the turn of a refused pin call, its tooltip saying why."""
+    result = ev.result if isinstance(ev.result, dict) else {}
+    t = ev.turn_number or 1
+    return PinMarker(
+        x=x0 + (t - 0.5) * tw,
+        y=y,
+        turn=ev.turn_number,
+        title=(
+            f"pin rejected at turn {ev.turn_number}: {result.get('reason') or result.get('error')}"
+            + (
+                f" (current {result.get('current_pin_tokens')} + requested "
+                f"{result.get('requested_tokens')} > cap {result.get('cap')})"
+                if result.get("cap") is not None
+                else ""
+            )
+        ),
     )
