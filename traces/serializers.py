@@ -155,6 +155,9 @@ class EventResultSerializer(serializers.Serializer[Any]):
     index = serializers.IntegerField()
     status = serializers.ChoiceField(choices=["accepted", "duplicate", "rejected"])
     error = serializers.CharField(required=False)
+    field = serializers.CharField(
+        required=False, help_text="dotted path of the value to blame, e.g. metadata.turn"
+    )
 
 
 class IngestRequestSerializer(serializers.Serializer[Any]):
@@ -166,11 +169,17 @@ class IngestResponseSerializer(serializers.Serializer[Any]):
     duplicates = serializers.IntegerField()
     rejected = serializers.IntegerField()
     results = EventResultSerializer(many=True)
+    # With rejections (207), the one error shape too (runtime.errors.error_body).
+    error = serializers.CharField(required=False)
+    detail = serializers.ListField(child=serializers.DictField(), required=False)
 
 
 class ErrorDetailSerializer(serializers.Serializer[Any]):
+    """`runtime.errors.ErrorDetail`: `index` (an event of a batch) or `line` (of a file), `field`, `message`."""
+
     line = serializers.IntegerField(required=False)
     index = serializers.IntegerField(required=False)
+    field = serializers.CharField(required=False)
     message = serializers.CharField()
 
 
