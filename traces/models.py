@@ -808,7 +808,8 @@ class Upload(models.Model):
     accepted = models.PositiveIntegerField(default=0)
     duplicates = models.PositiveIntegerField(default=0)
     rejected = models.PositiveIntegerField(default=0)
-    line_errors = models.JSONField(default=list)  # [{"line": n, "error": "..."}], capped
+    # [{"line": n, "field"?: "...", "message": "..."}] (runtime.errors.ErrorDetail; older rows: "error"), capped
+    line_errors = models.JSONField(default=list)
     runs = models.JSONField(default=list)  # run ids the file touched, sorted
     error = models.TextField(blank=True)  # why a failed upload failed as a whole
     created_by = models.ForeignKey(
