@@ -10,7 +10,7 @@ The fidelity map and pin lanes are laid out by `traces.charts`.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,6 @@ from django.http import QueryDict
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
 from traces.charts import outcome_class, outcome_label
 from traces.models import (
-    MessageDecisionDict,
     Pin,
     PrimitiveEvent,
     Project,
@@ -137,7 +136,7 @@ def filter_choices(user: Any) -> FilterChoices:
     return FilterChoices(projects=projects, models=models, agents=agents)
 
 
-def is_pin_decision(d: MessageDecisionDict | dict[str, Any]) -> bool:
+def is_pin_decision(d: Mapping[str, Any]) -> bool:
     return is_pinned_row(d)
 
 
@@ -151,7 +150,7 @@ class DecisionRow:
     """One row of a step's decision table, with its cells pre-formatted (tables run to hundreds of
     rows per step, and plain attribute lookups keep the template fast)."""
 
-    d: dict[str, Any]
+    d: Mapping[str, Any]
     cls: str
     is_pin: bool
     pin: Pin | None
@@ -167,7 +166,7 @@ class DecisionRow:
 
 @dataclass
 class StepChanges:
-    changed: list[tuple[dict[str, Any], str, str]]  # (decision, before, after)
+    changed: list[tuple[Mapping[str, Any], str, str]]  # (decision, before, after)
     new_messages: int
     gone_messages: int
     pins_added: list[str]
@@ -181,7 +180,7 @@ class StepChanges:
         )
 
 
-def _decision_key(d: dict[str, Any], pin_k: int, rendered: Sequence[Pin]) -> tuple[int, Any]:
+def _decision_key(d: Mapping[str, Any], pin_k: int, rendered: Sequence[Pin]) -> tuple[int, Any]:
     if is_pin_decision(d):
         pin_id = d.get("pin_id") or (rendered[pin_k - 1].pin_id if pin_k <= len(rendered) else f"#{pin_k}")
         return (1, pin_id)
@@ -189,11 +188,11 @@ def _decision_key(d: dict[str, Any], pin_k: int, rendered: Sequence[Pin]) -> tup
 
 
 def keyed_decisions(
-    mds: Sequence[dict[str, Any]], pins: Sequence[Pin] = (), turn: int = 0
-) -> dict[tuple[int, Any], dict[str, Any]]:
+    mds: Sequence[Mapping[str, Any]], pins: Sequence[Pin] = (), turn: int = 0
+) -> dict[tuple[int, Any], Mapping[str, Any]]:
     """Decisions keyed by message index, or by pin id for pinned blocks (resolved as in the map)."""
     rendered = rendered_pins(pins, turn) if pins else []
-    out: dict[tuple[int, Any], dict[str, Any]] = {}
+    out: dict[tuple[int, Any], Mapping[str, Any]] = {}
     pin_k = 0
     for d in mds or []:
         if is_pin_decision(d):
@@ -203,8 +202,8 @@ def keyed_decisions(
 
 
 def decision_rows(
-    mds: Sequence[dict[str, Any]],
-    previous: Sequence[dict[str, Any]] | None,
+    mds: Sequence[Mapping[str, Any]],
+    previous: Sequence[Mapping[str, Any]] | None,
     pins: Sequence[Pin],
     turn: int,
 ) -> list[DecisionRow]:
@@ -253,8 +252,8 @@ def decision_rows(
 
 
 def step_changes(
-    mds: Sequence[dict[str, Any]],
-    previous: Sequence[dict[str, Any]] | None,
+    mds: Sequence[Mapping[str, Any]],
+    previous: Sequence[Mapping[str, Any]] | None,
     previous_label: str,
     pins: Sequence[Pin] = (),
     turn: int = 0,
