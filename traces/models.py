@@ -1170,7 +1170,7 @@ class AuditLog(models.Model):
 
 
 # The worker side's model lives in its own module; imported here so Django registers it with the app.
-from traces.models_conversation import Conversation  # noqa: E402
+from traces.models_conversation import Conversation as Conversation  # noqa: E402  (re-exported)
 
 
 class StoredFile(models.Model):
