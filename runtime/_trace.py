@@ -113,13 +113,23 @@ def _check_required(key: str, value: Any, line: int | None) -> None:
             line=line,
             field=key,
         )
-    if key in _ID_KEYS and (bad := _ID_FORBIDDEN.search(value)):
-        what = "'/'" if bad.group() == "/" else f"a control character (U+{ord(bad.group()):04X})"
-        raise TraceFormatError(
-            f"'{key}' contains {what} at position {bad.start() + 1}; ids may not contain '/' or control characters",
-            line=line,
-            field=key,
-        )
+    if key in _ID_KEYS and (problem := id_problem(value)) is not None:
+        raise TraceFormatError(f"'{key}' {problem}", line=line, field=key)
+
+
+def id_problem(value: str) -> str | None:
+    """What breaks the id rule in a `run_id` / `step_id` (1–200 characters checked apart), or None:
+    no `/` (ids are path segments) and no control character. The runtime checks the run ids it is
+    given with it, so it never writes an event the server would refuse.
+
+        >>> id_problem("team/run")
+        "contains '/' at position 5; ids may not contain '/' or control characters"
+    """
+    bad = _ID_FORBIDDEN.search(value)
+    if bad is None:
+        return None
+    what = "'/'" if bad.group() == "/" else f"a control character (U+{ord(bad.group()):04X})"
+    return f"contains {what} at position {bad.start() + 1}; ids may not contain '/' or control characters"
 
 
 def decode_jsonl_line(number: int, raw: bytes) -> tuple[str | None, str | None]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from .._config import primitive_tool_names
 from .._tools import Tool
+from .._trace import id_problem
 from .._trace_writer import MultiSink
 from ..errors import ConfigError
 
@@ -29,6 +30,9 @@ def _check_run_id(run_id: str | None) -> str:
         return str(uuid.uuid4())
     if not isinstance(run_id, str) or not run_id.strip() or len(run_id) > 200:
         raise ConfigError(f"run_id must be a non-empty string of at most 200 characters, got {run_id!r}")
+    problem = id_problem(run_id)  # the rule every reader and the server apply (docs/trace-format.md)
+    if problem is not None:
+        raise ConfigError(f"run_id {run_id!r} {problem}")
     return run_id
 
 
