@@ -14,6 +14,8 @@ from ..facts import (
     NormalizedEvent,
     PinLifetime,
     StepView,
+    as_dict,
+    as_list,
     decision_counts,
     decision_rows,
     error_message,
@@ -40,12 +42,7 @@ ARCANA_SNAPSHOT_HINT = (
 # Small accessors over event metadata (all tolerant of missing or odd values)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+_dict, _list = as_dict, as_list
 
 
 def _decision(ev: TraceEvent | None) -> dict[str, Any]:

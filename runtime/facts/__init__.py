@@ -21,6 +21,7 @@ Where each fact lives:
 | primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
 | decision counts | `decision_counts`, `DecisionCounts` | `_outcomes` |
+| reading a field tolerantly (wrong type = missing) | `as_dict`, `as_list`, `as_str`, `as_int`, `as_number` | `_values` |
 | errors; failed steps, sends and runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome` | `_failures` |
 """
 
@@ -77,6 +78,7 @@ from ._pins import (
     pinned_blocks,
     rendered_pins,
 )
+from ._values import as_dict, as_int, as_list, as_number, as_str
 
 __all__ = [
     "ARCANA_PRODUCER",
@@ -97,6 +99,11 @@ __all__ = [
     "TurnView",
     "active_pins",
     "arcana_renders_pin",
+    "as_dict",
+    "as_int",
+    "as_list",
+    "as_number",
+    "as_str",
     "build_steps",
     "decision_counts",
     "decision_rows",

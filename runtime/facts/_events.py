@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._trace import PRODUCER, TraceEvent
+from ._values import as_int
 
 #: The producer name given to events without `metadata.producer` (arcana-agent 1.2).
 ARCANA_PRODUCER = "arcana-1.2"
@@ -73,8 +74,7 @@ class TurnView:
     steps: list[StepView] = field(default_factory=list)
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+_int_or_none = as_int  # the name the modules of this package use
 
 
 def our_position(ev: TraceEvent) -> tuple[int | None, int | None]:

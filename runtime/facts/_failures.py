@@ -22,6 +22,7 @@ from typing import Any
 from .._trace import TraceEvent
 from ._events import StepView, TurnView
 from ._outcomes import tool_results
+from ._values import as_dict
 
 #: Why an arcana-agent 1.2 step with a context decision and no `turn` event failed.
 NO_ANSWER = (
@@ -30,8 +31,7 @@ NO_ANSWER = (
 )
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+_dict = as_dict
 
 
 @dataclass(frozen=True)

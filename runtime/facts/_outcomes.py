@@ -10,18 +10,9 @@ from typing import Any, TypedDict
 from .._trace import TraceEvent
 from ._events import StepView, _int_or_none
 from ._pins import is_pinned_row
+from ._values import as_dict, as_list, as_str
 
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+_dict, _list, _str = as_dict, as_list, as_str
 
 
 def _count(value: Any) -> str:

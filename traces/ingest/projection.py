@@ -14,6 +14,10 @@ from runtime.facts import (
     PinLifetime,
     StepView,
     TurnView,
+    as_dict,
+    as_int,
+    as_number,
+    as_str,
     build_steps,
     decision_counts,
     decision_rows,
@@ -55,28 +59,8 @@ def _sort_key(ev: TraceEvent) -> tuple[datetime, str]:
     return (ev.timestamp_dt, ev.step_id)
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+# The tolerant coercers every reading of a trace uses (`runtime.facts`), under this module's short names.
+_int, _num, _str, _dict = as_int, as_number, as_str, as_dict
 
 
 def message_decision(d: Any) -> list[Any]:
