@@ -385,7 +385,17 @@ class Run(models.Model):
             Run.objects.filter(project_id=self.project_id)
             .filter(q)
             .order_by(models.F("started_at").asc(nulls_last=True), "run_id")
-            .only("id", "project_id", "run_id", "agents", "status", "errors", "started_at", "bundle_id", "delegated_by_run_id")
+            .only(
+                "id",
+                "project_id",
+                "run_id",
+                "agents",
+                "status",
+                "errors",
+                "started_at",
+                "bundle_id",
+                "delegated_by_run_id",
+            )
         )
         return RelatedRuns(
             bundle=[r for r in runs if self.bundle_id and r.bundle_id == self.bundle_id],
