@@ -197,7 +197,9 @@ def test_every_event_is_a_valid_envelope_with_producer_turn_and_step(tmp_path: P
         assert isinstance(md["console_turn"], int) and md["console_turn"] >= 1
         assert isinstance(md["console_step"], int) and md["console_step"] >= 1
         # Where arcana-agent 1.2.0's CLI reads its own numbers: the run-wide 0-based LLM iteration.
-        arcana_key = {"context_decision": "turn", "prompt_snapshot": "turn", "turn": "step"}.get(e["event_type"])
+        arcana_key = {"context_decision": "turn", "prompt_snapshot": "turn", "turn": "step"}.get(
+            e["event_type"]
+        )
         for key in ("turn", "step"):
             assert isinstance(md[key], int) and md[key] >= (0 if key == arcana_key else 1)
         assert "source_agent" not in md  # a plain chat has one unnamed agent
@@ -237,7 +239,9 @@ def test_file_order_and_parent_links_per_step(tmp_path: Path) -> None:
             )
     # Order within the first step: decision, snapshot, turn, llm_call, primitive, tool.
     first = [
-        e["event_type"] for e in events if (e["metadata"]["console_turn"], e["metadata"]["console_step"]) == (1, 1)
+        e["event_type"]
+        for e in events
+        if (e["metadata"]["console_turn"], e["metadata"]["console_step"]) == (1, 1)
     ]
     assert first == [
         "context_decision",
@@ -285,7 +289,10 @@ def test_llm_call_events_have_usage_latency_and_running_budget_totals(tmp_path: 
         assert isinstance(md["latency_ms"], int) and e["llm_latency_ms"] == md["latency_ms"]
         running += md["usage"]["total_tokens"]
         # tokens_used: the call's own tokens (arcana-agent 1.2.0 sums it over the run's events).
-        assert e["budgets"]["tokens_used"] == md["usage"]["total_tokens"] and e["budgets"]["iterations_used"] == i
+        assert (
+            e["budgets"]["tokens_used"] == md["usage"]["total_tokens"]
+            and e["budgets"]["iterations_used"] == i
+        )
         assert e["llm_request_digest"] and e["llm_response_digest"]
     assert sum(e["budgets"]["tokens_used"] for e in calls_) == running
 
