@@ -45,6 +45,8 @@ from .facts import (
     normalize_events,
     pin_active_at,
     pin_lifetimes,
+    run_links,
+    run_outcome,
 )
 
 __all__ = [
@@ -107,6 +109,12 @@ class RunSummary:
     size: int
     started: str | None
     producer: str
+    # `runtime.facts.run_outcome` and `run_links` of the run: the same answers the server gives.
+    status: str = "running"
+    errors: int = 0
+    failure: str | None = None
+    bundle_id: str | None = None
+    delegated_by_run_id: str | None = None
 
     @property
     def file(self) -> str:
@@ -125,6 +133,11 @@ class RunSummary:
             "size": self.size,
             "started": self.started,
             "producer": self.producer,
+            "status": self.status,
+            "errors": self.errors,
+            "failure": self.failure,
+            "bundle_id": self.bundle_id,
+            "delegated_by_run_id": self.delegated_by_run_id,
         }
 
 
@@ -330,6 +343,9 @@ class TraceReader:
         steps = {(ne.agent, ne.turn, ne.step) for ne in normalized if ne.turn is not None}
         first = min((ev.timestamp_dt for _, ev in pairs), default=None)
         ours = any(ne.producer == PRODUCER for ne in normalized)
+        events = [ev for _, ev in pairs]
+        outcome = run_outcome(build_steps(normalized), events)
+        links = run_links(events)
         return RunSummary(
             run_id=rid,
             files=tuple(files),
@@ -341,6 +357,11 @@ class TraceReader:
             size=size,
             started=first.astimezone(UTC).isoformat() if first is not None else None,
             producer=PRODUCER if ours else ARCANA_PRODUCER,
+            status=outcome.status,
+            errors=outcome.errors,
+            failure=outcome.reason,
+            bundle_id=links.bundle_id,
+            delegated_by_run_id=links.delegated_by_run_id,
         )
 
     def summary(self, run_id: str) -> RunSummary:

@@ -51,6 +51,8 @@ def cmd_list(c: Command) -> int:
                 ", ".join(r.agents) or "-",
                 r.turns,
                 r.steps,
+                r.status,
+                r.errors,
                 r.events,
                 r.primitives,
                 f"{r.size:,} B",
@@ -66,6 +68,8 @@ def cmd_list(c: Command) -> int:
                     "AGENTS",
                     "TURNS",
                     "STEPS",
+                    "STATUS",
+                    "ERRORS",
                     "EVENTS",
                     "PRIMITIVES",
                     "SIZE",
@@ -73,10 +77,20 @@ def cmd_list(c: Command) -> int:
                     "PRODUCER",
                 ],
                 rows,
-                align="llrrrrrll",
+                align="llrrlrrrrll",
                 max_widths=[None, 24],
             )
         )
+        bundles: dict[str, list[str]] = {}
+        for r in reversed(runs):  # oldest first
+            if r.bundle_id:
+                bundles.setdefault(r.bundle_id, []).append(r.run_id)
+        for bundle, members in bundles.items():
+            c.out.line()
+            c.out.line(f"Bundle {bundle}: {len(members)} runs, in start order")
+            for r in (next(x for x in runs if x.run_id == m) for m in members):
+                by = f"  delegated by {r.delegated_by_run_id}" if r.delegated_by_run_id else ""
+                c.out.line(f"  {r.run_id}  {', '.join(r.agents) or '-'}{by}")
     return c.report_line_errors()
 
 
@@ -124,6 +138,13 @@ def cmd_show(c: Command) -> int:
     c.out.line(f"Events: {len(shown)}" + (f" (filtered from {total})" if len(shown) != total else ""))
     if arcana:
         c.out.line("Producer: arcana-agent 1.2 (turn = LLM iteration + 1)")
+    summary = c.reader.summary(rid)
+    if summary.status == "failed":
+        c.out.line(f"Failed: {summary.failure or 'the run failed'}")
+    if summary.bundle_id:
+        c.out.line(f"Bundle: {summary.bundle_id}")
+    if summary.delegated_by_run_id:
+        c.out.line(f"Delegated by: {summary.delegated_by_run_id}")
     c.out.line()
     for ne in shown:
         ev = ne.event

@@ -390,7 +390,7 @@ def test_it_prints_times_in_utc_whatever_offset_the_file_uses(
     code, out, err = run(capsys, "list", "--dir", str(tmp_path))
     assert (code, err) == (0, "")
     rows = [line.split() for line in out.splitlines()[4:]]
-    assert [(r[0], r[9]) for r in rows] == [(later, "06:27:57"), (shifted, "06:27:57")]
+    assert [(r[0], r[11]) for r in rows] == [(later, "06:27:57"), (shifted, "06:27:57")]
     code, out, _ = run(capsys, "show", shifted, "--dir", str(tmp_path))
     assert code == 0 and "2026-11-30T06:27" in out and "T08:27" not in out
     code, out, _ = run(capsys, "list", "--json", "--dir", str(tmp_path))

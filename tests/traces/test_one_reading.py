@@ -37,6 +37,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return out
 
 
+def _listed(capsys: pytest.CaptureFixture[str], where: Path) -> dict[str, Any]:
+    """`arcana trace list --json`, by run id."""
+    return {r["run_id"]: r for r in json.loads(_cli(capsys, "list", "--json", "--dir", str(where)))}
+
+
 def _ingest_unseen(project: Project) -> None:
     for path in sorted(UNSEEN.glob("*/*.jsonl")):
         ingest_file(project, path)
@@ -85,6 +90,8 @@ def test_a_raised_tool_and_an_unknown_tool_count_as_errors_everywhere_arcana(
     flow = _cli(capsys, "flow", ARCANA_TOOLS_SEND, "--json", "--dir", str(UNSEEN))
     steps = json.loads(flow)["turns"][0]["steps"]
     assert steps[0]["unrecorded_calls"] == ["get_stock"] and not steps[0]["tool_calls"][0]["ok"]
+    listed = _listed(capsys, UNSEEN)[ARCANA_TOOLS_SEND]
+    assert (listed["errors"], listed["status"]) == (run.errors, run.status) == (2, "completed")
 
 
 def test_a_raised_tool_and_an_unknown_tool_count_as_errors_everywhere_ours(
@@ -98,6 +105,7 @@ def test_a_raised_tool_and_an_unknown_tool_count_as_errors_everywhere_ours(
     assert "3 errors" in page and "✗2" in page
     out = _cli(capsys, "explain", ours["run_id"], "--turn", "1", "--dir", str(ours["path"].parent))
     assert "✗ lookup_price" in out and "✗ get_stock" in out and "unknown_tool" in out
+    assert _listed(capsys, ours["path"].parent)[ours["run_id"]]["errors"] == run.errors
 
 
 # -- a send's outcome ------------------------------------------------------------------------------------
@@ -122,6 +130,8 @@ def test_a_send_without_a_model_answer_reads_as_failed_everywhere_arcana(
     assert NO_ANSWER in turn and "kept only a digest" not in turn
     flow = _cli(capsys, "flow", ARCANA_500_SEND, "--dir", str(UNSEEN))
     assert f"→ stop: failed ({NO_ANSWER})" in flow and "in progress" not in flow
+    listed = _listed(capsys, UNSEEN)[ARCANA_500_SEND]
+    assert (listed["status"], listed["failure"], listed["errors"]) == ("failed", NO_ANSWER, 1)
 
 
 def test_a_send_whose_provider_failed_reads_as_failed_everywhere_ours(
@@ -135,6 +145,7 @@ def test_a_send_whose_provider_failed_reads_as_failed_everywhere_ours(
     assert "HTTP 500" in turn and "kept only a digest" not in turn
     flow = _cli(capsys, "flow", ours["run_id"], "--dir", str(ours["path"].parent))
     assert "→ stop: failed (ProviderHTTPError: " in flow
+    assert _listed(capsys, ours["path"].parent)[ours["run_id"]]["failure"] == run.failure
 
 
 # -- pins --------------------------------------------------------------------------------------------------
@@ -162,7 +173,9 @@ def test_a_pinned_block_has_one_index_and_one_pin_everywhere(
 # -- bundles and delegation ----------------------------------------------------------------------------
 
 
-def test_a_bundle_and_its_delegation_are_shown_both_ways(unseen: Project, alice_client: Client) -> None:
+def test_a_bundle_and_its_delegation_are_shown_both_ways(
+    unseen: Project, alice_client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = {r.run_id: r for r in Run.objects.filter(project=unseen, bundle_id=ARCANA_BUNDLE)}
     assert set(runs) == set(ARCANA_POOL_RUNS)
     writer, planner = runs[ARCANA_WRITER], runs[ARCANA_PLANNER]
@@ -171,6 +184,14 @@ def test_a_bundle_and_its_delegation_are_shown_both_ways(unseen: Project, alice_
     assert [r.run_id for r in related.bundle] == ARCANA_POOL_RUNS
     assert related.agents == ["planner", "researcher", "analyst", "writer", "critic", "executor"]
     assert related.delegated_by == planner and planner.related_runs.delegated == [writer]
+    # CLI: the list names the bundle, its runs in start order, the delegation.
+    listed = _listed(capsys, UNSEEN)
+    assert listed[ARCANA_WRITER]["delegated_by_run_id"] == ARCANA_PLANNER
+    assert {rid for rid, r in listed.items() if r["bundle_id"] == ARCANA_BUNDLE} == set(ARCANA_POOL_RUNS)
+    text = _cli(capsys, "list", "--dir", str(UNSEEN)).split(
+        f"Bundle {ARCANA_BUNDLE}: 6 runs, in start order"
+    )[1]
+    assert [line.split()[0] for line in text.strip().splitlines()] == ARCANA_POOL_RUNS
     # API
     assert alice_client.get(writer.api_url()).json()["delegated_by_run_id"] == ARCANA_PLANNER
     assert alice_client.get(planner.api_url()).json()["bundle_id"] == ARCANA_BUNDLE
