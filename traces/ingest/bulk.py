@@ -81,8 +81,11 @@ def _update_runs(runs: list[Run]) -> None:
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
     sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
     sql = f"UPDATE {connection.ops.quote_name(Run._meta.db_table)} SET {sets} WHERE id = %s"
+    rows = [{f.attname: getattr(run, f.attname) for f in fields} for run in runs]
+    _fit_ints(Run, rows)
     params = [
-        [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields] + [run.pk] for run in runs
+        [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk]
+        for run, row in zip(runs, rows, strict=True)
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
@@ -113,6 +116,44 @@ def _allocate_ids(wanted: list[tuple[type[models.Model], int]]) -> list[list[int
     return [list(ids) for ids in row]
 
 
+_INTEGER_FIELDS = frozenset(
+    {"SmallIntegerField", "IntegerField", "BigIntegerField", "PositiveSmallIntegerField",
+     "PositiveIntegerField", "PositiveBigIntegerField"}
+)  # fmt: skip
+
+
+@functools.cache
+def _int_bounds(model: type[models.Model]) -> tuple[tuple[str, int, int, bool], ...]:
+    """(attname, lowest, highest, nullable) of each integer column of `model` whose range the
+    database enforces (PostgreSQL; SQLite enforces none)."""
+    out: list[tuple[str, int, int, bool]] = []
+    for f in model._meta.concrete_fields:
+        if f.primary_key or f.get_internal_type() not in _INTEGER_FIELDS:
+            continue
+        lo, hi = connection.ops.integer_field_range(f.get_internal_type())
+        if lo is not None and hi is not None:
+            out.append((f.attname, lo, hi, f.null))
+    return tuple(out)
+
+
+def _fit_ints(model: type[models.Model], rows: list[dict[str, Any]]) -> None:
+    """Bring every integer of `rows` into its column's range, in place: a value no column holds
+    becomes unknown (null) where the column allows it, else the nearest bound.
+
+    Why: validation lets integers up to ±(2**53 − 1) through (they are valid JSON, stored as sent in
+    the raw event), but a projection puts some of them in 32-bit columns (a decision's budgets, a
+    step's latency, a pin's tokens) or sums them; PostgreSQL would refuse the whole batch. The raw
+    event keeps the exact value; only the projected number is bounded. About 1% of mix (a)'s time."""
+    bounds = _int_bounds(model)
+    if not bounds:
+        return
+    for row in rows:
+        for name, lo, hi, nullable in bounds:
+            v = row.get(name)
+            if type(v) is int and not lo <= v <= hi:
+                row[name] = None if nullable else (lo if v < lo else hi)
+
+
 def _column_field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     """`model`'s field `name`, which must be a concrete column (not a reverse relation)."""
     field = model._meta.get_field(name)
@@ -139,6 +180,7 @@ def fast_insert(
     """
     if not rows:
         return []
+    _fit_ints(model, rows)
     attnames, columns, json_cols = _columns(model)
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
