@@ -143,7 +143,8 @@ def _fit_ints(model: type[models.Model], rows: list[dict[str, Any]]) -> None:
     Why: validation lets integers up to ±(2**53 − 1) through (they are valid JSON, stored as sent in
     the raw event), but a projection puts some of them in 32-bit columns (a decision's budgets, a
     step's latency, a pin's tokens) or sums them; PostgreSQL would refuse the whole batch. The raw
-    event keeps the exact value; only the projected number is bounded. About 1% of mix (a)'s time."""
+    event keeps the exact value; only the projected number is bounded. About 1–2 µs a row, under 1 µs
+    per event of bench/ingest.py mix (a) (a step, primitive or turn row for every few events)."""
     bounds = _int_bounds(model)
     if not bounds:
         return
