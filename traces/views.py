@@ -319,9 +319,9 @@ def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -
     tag = live.run_tag(run, "turn", agent, number)
     if unchanged := live.not_modified(request, tag):
         return unchanged
-    return live.tagged(
-        render(request, "traces/_turn_steps.html", _turn_ctx(request, run, agent, number)), tag
-    )
+    # live_parts: the active pins come along, for turn.js to put in the sidebar (#turn-pins).
+    ctx = {**_turn_ctx(request, run, agent, number), "live_parts": True}
+    return live.tagged(render(request, "traces/_turn_steps.html", ctx), tag)
 
 
 # ---------------------------------------------------------------------------------------------------

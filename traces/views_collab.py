@@ -96,7 +96,7 @@ def shared_turn_live(request: HttpRequest, token: str, number: int) -> HttpRespo
     tag = live.run_tag(run, "shared-turn", views._agent_for(request, run), number, link.hide_content)
     if unchanged := live.not_modified(request, tag):
         return _shared(unchanged)
-    ctx = _shared_turn_ctx(request, token, number)
+    ctx = {**_shared_turn_ctx(request, token, number), "live_parts": True}
     return _shared(live.tagged(render(request, "traces/_turn_steps.html", ctx), tag))
 
 

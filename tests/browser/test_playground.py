@@ -138,3 +138,18 @@ def test_a_live_run_page_shows_new_pins_and_primitives_without_a_reload(
     page.locator(f'#run-live a[href="{run.turn_url(2)}"]').wait_for(timeout=10_000)
     assert page.evaluate("window.__marker") == 1
     assert page.locator("[data-part]").count() == 0  # every part went to its place
+
+    # The turn page's sidebar follows too: a pin made in turn 3 appears in "Active pins at turn 3".
+    events = our_step(
+        "live-pins", 3, 1, decisions=[decision(0, "user")], finish="tool_calls", when=datetime.now(UTC)
+    )
+    ingest_events(project, events, source="api")
+    page.goto(live_server.url + run.turn_url(3))
+    page.evaluate("window.__marker = 2")
+    pin = _pin_event("live-pins", events[1], 3)
+    pin["step_id"] = "pin-turn-3"
+    pin["metadata"] = {**pin["metadata"], "args": {"content": "deadline Friday", "label": "deadline"},  # type: ignore[dict-item]
+                       "result": {"pinned": True, "pin_id": "p_0000beef", "label": "deadline", "until_turn": None}}  # fmt: skip
+    ingest_events(project, [pin], source="api")
+    page.locator("#turn-pins .pin-item", has_text="deadline").wait_for(timeout=10_000)
+    assert page.evaluate("window.__marker") == 2 and page.locator("[data-part]").count() == 0

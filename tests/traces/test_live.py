@@ -177,3 +177,24 @@ def test_the_run_fragment_refreshes_pins_and_cognitive_events(project: Project, 
     # The page itself renders each once, in place (the fragment's copies are for the poll only).
     page = alice_client.get(run.get_absolute_url()).content.decode()
     assert 'data-part="run-pins"' not in page and 'id="run-pins"' in page and 'id="run-cognitive"' in page
+
+
+def test_the_turn_fragment_refreshes_the_active_pins(project: Project, alice_client: Client) -> None:
+    from datetime import UTC, datetime
+
+    from tests.traces.views_helpers import decision, our_step
+    from traces.ingest import ingest_events
+
+    ingest_live_run(project, "live-run", turns=1)
+    run = Run.objects.get(run_id="live-run")
+    events = our_step(
+        "live-run", 2, 1, decisions=[decision(0, "user")], finish="tool_calls", when=datetime.now(UTC)
+    )
+    ingest_events(project, events, source="api")
+    live = run.turn_url(2) + "/live"
+    assert "No pins were in effect" in alice_client.get(live).content.decode()
+    ingest_events(project, [_pin_event("live-run", events[1], 2)], source="api")
+    after = alice_client.get(live).content.decode()
+    assert "budget" in after.split('data-part="turn-pins"')[1] and "p_0000abcd" in after
+    page = alice_client.get(run.turn_url(2)).content.decode()
+    assert 'id="turn-pins"' in page and 'data-part="turn-pins"' not in page and "p_0000abcd" in page
