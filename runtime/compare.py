@@ -56,7 +56,9 @@ from .facts import (
 )
 
 __all__ = [
+    "ABSENT",
     "LEVELS",
+    "MAX_INDEX",
     "Comparison",
     "Divergence",
     "MessageDiff",
@@ -145,30 +147,51 @@ class PinData:
         }
 
 
+#: The character of "not in this step's history" in `StepData.levels`.
+ABSENT = "."
+#: History positions beyond this are not compared (a bound against hostile indexes: a level string
+#: holds one character per position, and histories of ten thousand messages are not seen in practice).
+MAX_INDEX = 10_000
+
+
 @dataclass
 class StepData:
-    """One step's working set: `messages` maps a history index to (level, role, tokens sent); `pins`
-    maps the pin key of each pinned block to its pin id (in this run)."""
+    """One step's working set. `levels` holds one character per history position: the index into
+    `LEVELS` of the level the message was sent at ("0" = L0 … "5" = dropped), or `ABSENT`; two working
+    sets compare as two strings. `pins` maps the pin key of each pinned block to its pin id (in this
+    run). `details` maps a position to (role, tokens sent) when loaded (files: always; the server
+    loads them for the turns a diff shows)."""
 
     turn: int
     step: int
-    messages: dict[int, tuple[int, str | None, int | None]] = field(default_factory=dict)
+    levels: str = ""
     pins: dict[str, str] = field(default_factory=dict)
     utilization: float | None = None
     strategy: str | None = None
     has_decision: bool = True
+    details: dict[int, tuple[str | None, int | None]] | None = None
+
+    @classmethod
+    def from_messages(
+        cls, turn: int, step: int, messages: dict[int, tuple[int, str | None, int | None]], **kw: Any
+    ) -> StepData:
+        """A step from {position: (level, role, tokens)} (positions outside 0..MAX_INDEX are skipped)."""
+        kept = {i: v for i, v in messages.items() if 0 <= i <= MAX_INDEX}
+        chars = [ABSENT] * (max(kept) + 1 if kept else 0)
+        for i, (level, _role, _tokens) in kept.items():
+            chars[i] = str(level)
+        details = {i: (role, tokens) for i, (_level, role, tokens) in kept.items()}
+        return cls(turn=turn, step=step, levels="".join(chars), details=details, **kw)
 
     def same_working_set(self, other: StepData) -> bool:
-        if self.pins.keys() != other.pins.keys() or self.messages.keys() != other.messages.keys():
-            return False
-        mine, theirs = self.messages, other.messages
-        return all(mine[k][0] == theirs[k][0] for k in mine)
+        return (
+            self.levels.rstrip(ABSENT) == other.levels.rstrip(ABSENT)
+            and self.pins.keys() == other.pins.keys()
+        )
 
     def distribution(self) -> dict[str, int]:
-        counts = [0] * len(LEVELS)
-        for level, _role, _tokens in self.messages.values():
-            counts[level] += 1
-        out = {name: n for name, n in zip(LEVELS, counts, strict=True) if n}
+        out = {name: self.levels.count(str(i)) for i, name in enumerate(LEVELS)}
+        out = {k: n for k, n in out.items() if n}
         if self.pins:
             out["pinned"] = len(self.pins)
         return out
@@ -248,18 +271,20 @@ class RunData:
     def level_changes(self) -> dict[str, int]:
         """How many times a message went down to each level from one step to the next (see the module
         docstring): {"L1": n, "L2": n, "L3": n, "summarized": n, "dropped": n}."""
-        counts = [0] * len(LEVELS)
-        previous: dict[int, tuple[int, str | None, int | None]] = {}
+        counts = dict.fromkeys("012345", 0)
+        previous: str | None = None
         for t in self.turns:
             for s in t.steps:
                 if not s.has_decision:
                     continue
-                for index, (level, _role, _tokens) in s.messages.items():
-                    before = previous.get(index)
-                    if before is not None and level > before[0]:
-                        counts[level] += 1
-                previous = s.messages
-        return {name: counts[i] for i, name in enumerate(LEVELS) if i}
+                cur = s.levels
+                if previous is not None and cur != previous:
+                    # Characters compare like levels ("0" < "5"); ABSENT sorts below them all.
+                    for before, now in zip(previous, cur):  # noqa: B905  (histories grow)
+                        if now > before and before != ABSENT:
+                            counts[now] += 1
+                previous = cur
+        return {name: counts[str(i)] for i, name in enumerate(LEVELS) if i}
 
     def summary(self) -> dict[str, Any]:
         changes = self.level_changes()
@@ -443,13 +468,17 @@ def _step_pair_reason(sa: StepData | None, sb: StepData | None, pins_a: dict[str
             parts.append("pins only in B: " + ", ".join(_pin_label(pins_b.get(k), k) for k in only_b))
         return "; ".join(parts)
     higher_a = higher_b = missing = 0
-    for k in sa.messages.keys() | sb.messages.keys():
-        la, lb = sa.messages.get(k), sb.messages.get(k)
-        if la is None or lb is None:
+    la_s, lb_s = sa.levels, sb.levels
+    for i in range(max(len(la_s), len(lb_s))):
+        la = la_s[i] if i < len(la_s) else ABSENT
+        lb = lb_s[i] if i < len(lb_s) else ABSENT
+        if la == lb:
+            continue
+        if la == ABSENT or lb == ABSENT:
             missing += 1
-        elif la[0] < lb[0]:
+        elif la < lb:
             higher_a += 1
-        elif lb[0] < la[0]:
+        else:
             higher_b += 1
     parts = []
     if higher_a:
@@ -489,29 +518,31 @@ class Comparison:
         out: list[StepDiff] = []
         for number in sorted(steps_a.keys() | steps_b.keys()):
             sa, sb = steps_a.get(number), steps_b.get(number)
-            ma = sa.messages if sa else {}
-            mb = sb.messages if sb else {}
+            la_s = sa.levels if sa else ""
+            lb_s = sb.levels if sb else ""
+            da = (sa.details or {}) if sa else {}
+            db = (sb.details or {}) if sb else {}
             diffs: list[MessageDiff] = []
             same = 0
-            for index in sorted(ma.keys() | mb.keys()):
-                va, vb = ma.get(index), mb.get(index)
-                la = va[0] if va else None
-                lb = vb[0] if vb else None
-                if la == lb:
-                    same += 1
+            for index in range(max(len(la_s), len(lb_s))):
+                ca = la_s[index] if index < len(la_s) else ABSENT
+                cb = lb_s[index] if index < len(lb_s) else ABSENT
+                if ca == cb:
+                    same += ca != ABSENT
                     continue
                 if sa is None or sb is None:
                     continue  # a step only one run has: nothing to compare it with
                 # Absent from a history counts below dropped: the other run kept it, however faintly.
-                higher = "a" if (la if la is not None else 99) < (lb if lb is not None else 99) else "b"
+                higher = "a" if (ca if ca != ABSENT else "9") < (cb if cb != ABSENT else "9") else "b"
+                va, vb = da.get(index), db.get(index)
                 diffs.append(
                     MessageDiff(
                         index=index,
-                        role=(va or vb or (None, None, None))[1],
-                        a_level=LEVELS[la] if la is not None else None,
-                        b_level=LEVELS[lb] if lb is not None else None,
-                        a_tokens=va[2] if va else None,
-                        b_tokens=vb[2] if vb else None,
+                        role=(va or vb or (None, None))[0],
+                        a_level=LEVELS[int(ca)] if ca != ABSENT else None,
+                        b_level=LEVELS[int(cb)] if cb != ABSENT else None,
+                        a_tokens=va[1] if va and ca != ABSENT else None,
+                        b_tokens=vb[1] if vb and cb != ABSENT else None,
                         higher=higher,
                     )
                 )
@@ -628,12 +659,14 @@ def compare(a: RunData, b: RunData) -> Comparison:
             steps_b = {s.step: s for s in tb.steps}
             same = True
             for number in sorted(steps_a.keys() | steps_b.keys()):
-                reason = _step_pair_reason(steps_a.get(number), steps_b.get(number), pins_a, pins_b)
-                if reason is not None:
-                    same = False
-                    if divergence is None:
-                        divergence = Divergence(i, ta.number, tb.number, number, reason)
-                    break
+                sa, sb = steps_a.get(number), steps_b.get(number)
+                if sa is not None and sb is not None and sa.same_working_set(sb):
+                    continue
+                same = False
+                if divergence is None:  # why: worked out for the first divergence only
+                    reason = _step_pair_reason(sa, sb, pins_a, pins_b) or "working sets differ"
+                    divergence = Divergence(i, ta.number, tb.number, number, reason)
+                break
         pairs.append(TurnPair(i, ta, tb, how, same))
     return Comparison(a=a, b=b, pairs=pairs, divergence=divergence, aligned_by=how)
 
@@ -733,15 +766,12 @@ def run_data_from_events(run_id: str, events: Iterable[TraceEvent], agent: str |
 
 def _step_from_view(sv: Any, lifetimes: Any, key_of: dict[str, str]) -> StepData:
     cd = sv.context_decision
-    step = StepData(turn=sv.turn, step=sv.step, has_decision=cd is not None)
     if cd is None:
-        return step
+        return StepData(turn=sv.turn, step=sv.step, has_decision=False)
     md = cd.metadata
     report = md.get("context_report") if isinstance(md.get("context_report"), dict) else {}
     decision = md.get("context_decision") if isinstance(md.get("context_decision"), dict) else {}
-    step.utilization = _num(report.get("utilization"))
     strategy = decision.get("strategy")
-    step.strategy = strategy if isinstance(strategy, str) else None
     rows = decision_rows(cd)
     snapshot = sv.prompt_snapshot.metadata.get("prompt_snapshot") if sv.prompt_snapshot else None
     blocks = iter(
@@ -753,21 +783,29 @@ def _step_from_view(sv: Any, lifetimes: Any, key_of: dict[str, str]) -> StepData
             snapshot_messages=snapshot.get("messages") if isinstance(snapshot, dict) else None,
         )
     )
+    pins: dict[str, str] = {}
+    messages: dict[int, tuple[int, str | None, int | None]] = {}
     for row in rows:
         if is_pinned_row(row):
             block = next(blocks, None)
             pid = block.pin_id if block is not None else None
-            key = key_of.get(pid or "") or pin_key(pid, None, None)
-            step.pins[key] = pid or "?"
+            pins[key_of.get(pid or "") or pin_key(pid, None, None)] = pid or "?"
             continue
         index = row.get("index")
         if type(index) is not int:
             continue
         tokens = row.get("token_count_after")
         role = row.get("role")
-        step.messages[index] = (
+        messages[index] = (
             level_of(row.get("outcome"), row.get("fidelity")),
             role if isinstance(role, str) else None,
             tokens if type(tokens) is int else None,
         )
-    return step
+    return StepData.from_messages(
+        sv.turn,
+        sv.step,
+        messages,
+        pins=pins,
+        utilization=_num(report.get("utilization")),
+        strategy=strategy if isinstance(strategy, str) else None,
+    )

@@ -55,8 +55,9 @@ class CompareView(BaseView):
         turn = p.get("turn")
         if turn is not None and not turn.isdigit():
             return error_response(400, "bad_request", [{"field": "turn", "message": "a positive integer"}])
-        c = cmp.compare_runs(run_a, run_b, agent_a=p.get("agent_a"), agent_b=p.get("agent_b"))
-        data = c.to_dict(turn=int(turn) if turn is not None else None)
+        number = int(turn) if turn is not None else None
+        c = cmp.compare_runs(run_a, run_b, agent_a=p.get("agent_a"), agent_b=p.get("agent_b"), turn=number)
+        data = c.to_dict(turn=number)
         data["a"]["project"] = run_a.project_id
         data["b"]["project"] = run_b.project_id
         data["a"]["url"], data["b"]["url"] = run_a.api_url(), run_b.api_url()

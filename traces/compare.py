@@ -18,10 +18,13 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.cache import cache
 from django.db.models import QuerySet
 from django.urls import reverse
 
 from runtime.compare import (
+    ABSENT,
+    MAX_INDEX,
     Comparison,
     PinData,
     RunData,
@@ -43,7 +46,7 @@ from traces.models import (
     Turn,
 )
 
-__all__ = ["compare_runs", "compare_url", "find_run", "parse_run_ref", "run_data", "run_ref"]
+__all__ = ["compare_runs", "compare_url", "find_run", "load_details", "parse_run_ref", "run_data", "run_ref"]
 
 
 def run_ref(run: Run) -> str:
@@ -100,10 +103,31 @@ def _rows(table: str) -> tuple[list[Any], dict[str, int]]:
     return value.get("rows") or [], {c: i for i, c in enumerate(cols)}
 
 
+#: Bumped when `RunData`'s shape changes, so cached copies of an older shape are not read.
+CACHE_VERSION = 1
+CACHE_SECONDS = 3600
+
+
 def run_data(run: Run, agent: str | None = None) -> RunData:
     """`runtime.compare.RunData` of one agent of a stored run (the first, or the plain chat), from its
-    projections: six queries, whatever the run's length."""
+    projections: six queries, whatever the run's length.
+
+    Why a cache: the level strings of a long run come from every step's packed decisions (1,000 steps
+    × 200 decisions is 16 MB of JSON to parse, ~0.4 s); a finished run never changes, and a changed run
+    has a new `updated_at`, hence a new key. Only runs that are not updating are cached."""
     agent = _agent_of(run, agent)
+    stamp = run.updated_at.isoformat() if run.updated_at else ""
+    key = f"arcana:compare:{CACHE_VERSION}:{run.pk}:{stamp}:{agent}"
+    cached = cache.get(key)
+    if isinstance(cached, RunData):
+        return cached
+    data = _run_data(run, agent)
+    if not run.is_updating:
+        cache.set(key, data, CACHE_SECONDS)
+    return data
+
+
+def _run_data(run: Run, agent: str) -> RunData:
     pins = [
         PinData(pid, label or None, content or None, tokens, created, until, unpinned)
         for pid, label, content, tokens, created, until, unpinned in Pin.objects.filter(run=run, agent=agent)
@@ -192,24 +216,83 @@ def run_data(run: Run, agent: str | None = None) -> RunData:
     return data
 
 
-def _fill_working_set(s: StepData, table: str, key_of: dict[str, str]) -> None:
-    """The step's messages and pinned blocks from its packed decisions (the hot loop of a long run:
-    columns by position, levels cached by `level_of`)."""
+_LEVEL_CHAR: dict[tuple[Any, Any], str] = {}
+
+
+def _level_char(outcome: Any, fidelity: Any) -> str:
+    key = (outcome, fidelity)
+    char = _LEVEL_CHAR.get(key)
+    if char is None:
+        char = str(level_of(outcome, fidelity))
+        if len(_LEVEL_CHAR) < 1000:  # producers write few distinct pairs; bounded against odd ones
+            _LEVEL_CHAR[key] = char
+    return char
+
+
+def _fill_working_set(s: StepData, table: str, key_of: dict[str, str], *, details: bool = False) -> None:
+    """The step's level string and pinned blocks from its packed decisions (the hot loop of a long run:
+    columns by position, one character per message), and with `details` its roles and token counts."""
     rows, col = _rows(table)
     i_index, i_role, i_out, i_fid = col["index"], col["role"], col["outcome"], col["fidelity"]
     i_after, i_pinned, i_reason = col["token_count_after"], col["pinned"], col["reason"]
     i_pin = col.get("pin_id")
-    messages, pins = s.messages, s.pins
+    pins = s.pins
+    cache = _LEVEL_CHAR
+    chars: list[str] = []
+    info: dict[int, tuple[str | None, int | None]] = {}
     for r in rows:
         if r[i_pinned] or r[i_reason] == "pinned":
             pid = r[i_pin] if i_pin is not None else None
             pins[key_of.get(pid or "") or pin_key(pid, None, None)] = pid or "?"
             continue
         index = r[i_index]
-        if index.__class__ is int:
-            messages[index] = (level_of(r[i_out], r[i_fid]), r[i_role], r[i_after])
+        if index.__class__ is not int or not 0 <= index <= MAX_INDEX:
+            continue
+        char = cache.get((r[i_out], r[i_fid])) or _level_char(r[i_out], r[i_fid])
+        n = len(chars)
+        if index == n:
+            chars.append(char)
+        elif index > n:
+            chars.extend(ABSENT * (index - n))
+            chars.append(char)
+        else:
+            chars[index] = char
+        if details:
+            info[index] = (r[i_role], r[i_after])
+    s.levels = "".join(chars)
+    if details:
+        s.details = info
 
 
-def compare_runs(a: Run, b: Run, *, agent_a: str | None = None, agent_b: str | None = None) -> Comparison:
-    """`runtime.compare.compare` of two stored runs."""
-    return compare(run_data(a, agent_a), run_data(b, agent_b))
+def load_details(run: Run, data: RunData, turns: list[int]) -> None:
+    """Roles and token counts of the steps of `turns` (what a working-set diff shows), in one query:
+    the cached `RunData` holds only the level strings."""
+    agent = data.agent or ""
+    wanted = {(t.number, s.step): s for t in data.turns if t.number in turns for s in t.steps}
+    if not wanted:
+        return
+    key_of = {p.pin_id: p.key for p in data.pins}
+    for number, step_number, table in ContextDecision.objects.filter(
+        run=run, agent=agent, turn_number__in=turns
+    ).values_list("turn_number", "step_number", "message_table"):
+        s = wanted.get((number, step_number))
+        if s is not None:
+            s.pins = {}
+            _fill_working_set(s, table, key_of, details=True)
+
+
+def compare_runs(
+    a: Run, b: Run, *, agent_a: str | None = None, agent_b: str | None = None, turn: int | None = None
+) -> Comparison:
+    """`runtime.compare.compare` of two stored runs, with the roles and token counts of the pair a
+    working-set diff will show loaded: A's turn `turn`'s pair, else the first divergence's."""
+    c = compare(run_data(a, agent_a), run_data(b, agent_b))
+    pair = (c.pair_for(a_turn=turn) or c.pair_for(b_turn=turn)) if turn is not None else None
+    if pair is None and c.divergence is not None and turn is None:
+        pair = c.pairs[c.divergence.pair]
+    if pair is not None:
+        if pair.a is not None:
+            load_details(a, c.a, [pair.a.number])
+        if pair.b is not None:
+            load_details(b, c.b, [pair.b.number])
+    return c

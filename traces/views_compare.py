@@ -18,16 +18,17 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from runtime.compare import LEVELS, Comparison, TurnPair
+from runtime.compare import LEVELS, Comparison, TurnData, TurnPair
 from traces import charts, live
 from traces import compare as cmp
 from traces import conversations as service
 from traces.models import Action, Conversation, Run, projects_for_user, user_can
 
-#: Steps of each fidelity map drawn at once on the compare page (the run page's window).
-MAP_WINDOW = charts.MAP_WINDOW
+#: Steps of each fidelity map drawn at once on the compare page: half the run page's window, since
+#: the page draws two (`bench/compare.py`: the maps are most of the page's server time).
+MAP_WINDOW = charts.MAP_WINDOW // 2
 #: Aligned turn pairs listed in full; longer runs list the pairs around the divergence and the turn shown.
-TURNS_SHOWN = 200
+TURNS_SHOWN = 100
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -117,6 +118,38 @@ def _shown_pairs(c: Comparison, pair: TurnPair | None) -> tuple[list[TurnPair], 
     return c.pairs[lo : lo + TURNS_SHOWN], len(c.pairs) - TURNS_SHOWN
 
 
+def _side_cells(t: TurnData | None) -> dict[str, Any] | None:
+    """One side of a turn row, pre-formatted (a long run lists a hundred rows; plain lookups keep the
+    template fast)."""
+    if t is None:
+        return None
+    util = t.peak_utilization
+    return {
+        "number": t.number,
+        "tokens": f"{t.prompt_tokens}+{t.completion_tokens}",
+        "util": f"{util * 100:.0f}%" if util is not None else "—",
+        "decisions": t.decisions(),
+        "primitives": [line[:80] for line in t.primitives],
+        "answer": (t.answer or "")[:120] + ("…" if t.answer and len(t.answer) > 120 else ""),
+    }
+
+
+def _turn_rows(c: Comparison, pairs: list[TurnPair], pair: TurnPair | None) -> list[dict[str, Any]]:
+    first = c.divergence.pair if c.divergence is not None else None
+    return [
+        {
+            "index": p.index,
+            "a": _side_cells(p.a),
+            "b": _side_cells(p.b),
+            "same": p.same_working_sets,
+            "first": p.index == first,
+            "selected": pair is not None and p.index == pair.index,
+            "turn": p.a.number if p.a else p.b.number if p.b else None,
+        }
+        for p in pairs
+    ]
+
+
 def _summary_rows(c: Comparison) -> list[dict[str, Any]]:
     rows = []
     for key, label, va, vb in c.summary_rows():
@@ -141,8 +174,8 @@ def _map_start(c: Comparison, request: HttpRequest, total: int) -> int:
 
 
 def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
-    c = cmp.compare_runs(run_a, run_b)
     turn = _int(request.GET.get("turn"))
+    c = cmp.compare_runs(run_a, run_b, turn=turn)
     pair: TurnPair | None = None
     if turn is not None:
         pair = c.pair_for(a_turn=turn) or c.pair_for(b_turn=turn)
@@ -159,7 +192,7 @@ def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
         "b": run_b,
         "c": c,
         "summary": _summary_rows(c),
-        "pairs": shown,
+        "rows": _turn_rows(c, shown, pair),
         "pairs_cut": cut,
         "pair": pair,
         "diff": c.working_set_diff(pair) if pair is not None else None,
@@ -171,6 +204,7 @@ def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
         "pins_b": charts.pin_chart(run_b, agent_b, last_turn),
         "levels": LEVELS,
         "swap_url": cmp.compare_url(run_b, run_a),
+        "diff_base": cmp.compare_url(run_a, run_b),
     }
 
 

@@ -26,6 +26,7 @@ from tests.browser.conftest import LAPTOP, PHONE, login
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_samples
 from traces import sharing, teams
+from traces.compare import compare_url
 from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -60,6 +61,7 @@ NOT_PAGES = {
     "traces:conversation_live",
     "traces:conversation_message",
     "traces:conversation_cancel",
+    "traces:compare_live",
     "logout",
     "healthz",
 }
@@ -147,6 +149,12 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
     "teams:invite": lambda s: [f"/invite/{s.invite_token}"],
     "traces:conversation_new": lambda s: ["/conversations/new"],
     "traces:conversation": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}"],
+    "traces:compare": lambda s: [
+        compare_url(s.pin_run, s.our_run),
+        compare_url(s.our_run, s.pool_run),
+        "/compare?run=" + f"{s.project.pk}:{s.our_run.run_id}",  # one run picked: the "pick two" page
+    ],
+    "traces:run_again": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}/again"],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}
 

@@ -115,7 +115,9 @@ def test_levels_and_pin_keys() -> None:
 
 def test_a_message_kept_higher_in_one_run() -> None:
     def run(level: int) -> RunData:
-        step = StepData(turn=1, step=1, messages={0: (0, "system", 10), 1: (level, "user", 40)})
+        step = StepData.from_messages(
+            1, 1, {0: (0, "system", 10), 1: (level, "user", 40), 10**9: (0, "user", 1)}
+        )
         return RunData(run_id=f"r{level}", turns=[TurnData(number=1, steps=[step])])
 
     c = compare(run(0), run(3))
