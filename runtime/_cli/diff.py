@@ -151,11 +151,14 @@ def _print_text(c: Command, cmp: Comparison, pair: TurnPair | None) -> None:
             [
                 [label, _summary_value(key, va), _summary_value(key, vb)]
                 for key, label, va, vb in cmp.summary_rows()
+                if key != "final_answer"
             ],
             align="lrr",
             indent="  ",
         )
     )
+    for side, run in (("A", a), ("B", b)):
+        c.out.line(f"  Final answer {side}: {one_line(run.final_answer, 110) if run.final_answer else '—'}")
     c.out.line()
     c.out.line(
         f"Turns (aligned by {'user message' if cmp.aligned_by == 'message' else 'turn number'}; = same working sets, ≠ different)"
