@@ -1,4 +1,4 @@
-"""The `arcana` command line: `arcana trace list|show|replay|explain|flow|upload`.
+"""The `arcana` command line: `arcana trace list|show|replay|explain|flow|diff|upload`.
 
 Reads traces written by Arcana Console's runtime and by arcana-agent 1.2 alike (through
 `runtime._trace_reader`) and prints them through `runtime._render`, which never lets trace text act
@@ -11,11 +11,12 @@ malformed lines — reported with their line numbers and skipped —, an upload 
     $ arcana trace list --dir ./traces
     $ arcana trace show 17a81a75 --cognitive
     $ arcana trace replay 17a81a75 --turn 5
+    $ arcana trace diff 17a81a75 8b2685b6 --turn 2
     $ arcana trace upload ./traces --server http://127.0.0.1:8000 --api-key arc_...
 
 Modules: `formatting` (wording shared by the commands), `command` (one invocation's state and
-its errors), `browse` (list, show, flow), `replay` (replay, explain), `upload`, `entry` (the
-parser and `main`, the `arcana` console script).
+its errors), `browse` (list, show, flow), `replay` (replay, explain), `diff` (two runs, compared by
+`runtime.compare`), `upload`, `entry` (the parser and `main`, the `arcana` console script).
 """
 
 from .command import Command, DataError, UsageError
