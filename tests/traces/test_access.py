@@ -32,8 +32,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
 from traces import sharing, teams
 from traces.ingest import ingest_events
-from traces.models import ApiKey, Invite, Membership, Note, Project, Run, Team, Upload
-from traces.models_conversation import Conversation
+from traces.models import ApiKey, Conversation, Invite, Membership, Note, Project, Run, Team, Upload
 
 ACTORS = ("anon", "share", "outsider", "viewer", "member", "admin", "owner")
 Role = Membership.Role

@@ -1,7 +1,6 @@
 """`Conversation`: a conversation our Celery workers run (a script or a playground; a chat or a pool).
 
-Kept in its own module so the model of the worker side does not crowd `traces/models.py`; it is
-imported at the bottom of `traces/models.py`, so `from traces.models import Conversation` works.
+Import it from `traces.models`, like every model.
 
 A conversation names its run by `(project, run_id)` (DESIGN.md §9). The run row itself is a projection
 that `traces.ingest` creates from the conversation's events; `Conversation.run` looks it up, and
@@ -19,7 +18,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from traces.models import Project, Run
+from .runs import Run
+from .teams import Project
 
 
 class Conversation(models.Model):

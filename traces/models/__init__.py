@@ -1,0 +1,116 @@
+"""The trace store: teams and projects, raw events, and the projections pages read.
+
+`Event` rows are the source of truth (one per `(project, run_id, step_id)`). Everything below `Run`
+(`Turn`, `Step`, `ContextDecision`, `Pin`, `PrimitiveEvent`) and the counters on `Run` are projections
+computed from a run's raw events by `traces.ingest` — the only module that creates or changes trace
+rows (DESIGN.md §3). Pages and the read API read projections and never re-parse raw JSON.
+
+Numbering follows DESIGN.md §1: turns and steps are 1-based for both producers; `agent` is `""` for a
+plain chat (one unnamed agent).
+
+Modules: `teams` (teams, roles and permissions, projects, API keys, invites, login failures, the
+audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `projection` (turns, steps,
+context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
+files, worker heartbeats), `conversation` (conversations our workers run). Import every name from
+`traces.models`.
+"""
+
+from __future__ import annotations
+
+from traces.models.collab import (
+    Note,
+    ShareLink,
+    ShareLinkQuerySet,
+)
+from traces.models.conversation import Conversation
+from traces.models.files import (
+    StoredFile,
+    StoredFileChunk,
+    Upload,
+    WorkerHeartbeat,
+)
+from traces.models.projection import (
+    EMPTY_MESSAGE_TABLE,
+    MESSAGE_DECISION_KEYS,
+    ContextDecision,
+    MessageDecisionDict,
+    Pin,
+    PrimitiveEvent,
+    Step,
+    ToolResultDict,
+    Turn,
+    TurnDict,
+    content_hash,
+    pack_message_decisions,
+    unpack_message_decisions,
+)
+from traces.models.runs import (
+    Event,
+    RelatedRuns,
+    Run,
+    run_api_url,
+    run_page_url,
+)
+from traces.models.teams import (
+    INVITE_PREFIX,
+    KEY_PREFIX,
+    PERMISSIONS,
+    ROLE_RANK,
+    Action,
+    ApiKey,
+    AuditLog,
+    Invite,
+    LoginFailure,
+    Membership,
+    Project,
+    Team,
+    membership_of,
+    projects_for_user,
+    roles_allowed,
+    user_can,
+)
+
+__all__ = [
+    "Action",
+    "ApiKey",
+    "AuditLog",
+    "ContextDecision",
+    "EMPTY_MESSAGE_TABLE",
+    "Event",
+    "INVITE_PREFIX",
+    "Invite",
+    "KEY_PREFIX",
+    "LoginFailure",
+    "MESSAGE_DECISION_KEYS",
+    "Membership",
+    "MessageDecisionDict",
+    "Note",
+    "PERMISSIONS",
+    "Pin",
+    "PrimitiveEvent",
+    "Project",
+    "ROLE_RANK",
+    "RelatedRuns",
+    "Run",
+    "ShareLink",
+    "ShareLinkQuerySet",
+    "Step",
+    "StoredFile",
+    "StoredFileChunk",
+    "Team",
+    "ToolResultDict",
+    "Turn",
+    "TurnDict",
+    "Upload",
+    "WorkerHeartbeat",
+    "content_hash",
+    "membership_of",
+    "pack_message_decisions",
+    "projects_for_user",
+    "roles_allowed",
+    "run_api_url",
+    "run_page_url",
+    "unpack_message_decisions",
+    "user_can",
+    "Conversation",
+]
