@@ -18,7 +18,7 @@ What it does:
    and constraints); ratio = ingest time / COPY time.
 6. `--stream N`: one run of N events posted in order in batches of 20 (a live sink); events/s for
    each successive 1,000 events (flat: a batch costs what its own events cost, not the run's length).
-7. `--storage-compare`: the message-decision storage choice in traces/models.py (rows, jsonb objects,
+7. `--storage-compare`: the message-decision storage choice in traces/models/projection.py (rows, jsonb objects,
    packed columnar jsonb or text): COPY write time, size, and the read paths of the turn page and the
    fidelity map.
 """

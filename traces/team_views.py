@@ -1,7 +1,7 @@
 """Team pages: the team switcher, members and invites, projects and their API keys, the audit log,
 joining through an invite link, and deleting a run.
 
-Access is one rule (`Membership.can`, traces/models.py) applied in one place, `_membership`: a person
+Access is one rule (`Membership.can`, traces/models/teams.py) applied in one place, `_membership`: a person
 outside the team gets 404 for anything of it (never a 403 that would confirm it exists); a member
 whose role does not allow the action gets 403. The changes themselves are `traces.teams.do_*`
 functions, which write their audit rows in the same transaction.
