@@ -25,6 +25,14 @@ from traces.models import Event, Project
 URL = "/api/v1/ingest"
 PFX = "\u2603id\u2603"
 
+KNOWN_KEYS = [
+    "budget_total", "budget_used", "compressed_count", "messages_in", "messages_out", "decisions", "index",
+    "outcome", "pinned", "pin_id", "token_count_after", "relevance_score", "utilization", "usage",
+    "prompt_tokens", "total_tokens", "latency_ms", "tokens", "until_turn", "found", "turn",
+    "messages", "tool_calls", "id", "name", "arguments", "error", "duration_ms", "finish_reason",
+    "completed", "failed", "strategy", "label", "content", "console_turn", "console_step",
+]  # fmt: skip
+
 JSON = st.recursive(
     st.none()
     | st.booleans()
@@ -35,8 +43,9 @@ JSON = st.recursive(
     | st.sampled_from(
         ["", "a/b", "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+01:00", "2026-11-30", "\x00"]
     ),
+    # Keys the projections read (so a nested value lands where a column takes it), or any text.
     lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    | st.dictionaries(st.sampled_from(KNOWN_KEYS) | st.text(max_size=6), children, max_size=4),
     max_leaves=6,
 )
 

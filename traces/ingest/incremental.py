@@ -30,6 +30,7 @@ from traces.ingest.projection import (
     _sort_key,
     _top_model,
     local_turn,
+    primitive_counts,
 )
 from traces.models import (
     ContextDecision,
@@ -120,9 +121,7 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     # The run's counters: the batch's additions, and aggregates over the turns and the last events.
     agg = summary.turns
     last, last_turn = summary.last, summary.last_turn
-    by_primitive = Counter(
-        ev.metadata.get("primitive") for ev in new if ev.event_type == "cognitive_primitive"
-    )
+    by_primitive = primitive_counts(new)
     stamps = [ev.timestamp_dt for ev in new]
     run.agents = sorted(set(run.agents) | {a for ev in new if (a := ev.source_agent)})
     run.model = model[:200]

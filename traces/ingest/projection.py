@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from runtime import TraceEvent
@@ -53,6 +54,9 @@ def local_turn(ev: TraceEvent) -> int | None:
 
 def _parse_stored(raw: str) -> TraceEvent:
     return TraceEvent.from_dict(json.loads(raw))
+
+
+_time_order = attrgetter("timestamp_dt", "step_id")
 
 
 def _sort_key(ev: TraceEvent) -> tuple[datetime, str]:
@@ -359,9 +363,19 @@ def _one_turn_event_per_step(turn_views: list[TurnView]) -> bool:
     )
 
 
+def primitive_counts(events: list[TraceEvent]) -> Counter[str]:
+    """Primitive calls among `events` by primitive name; a name that is not a string (a producer's
+    mistake) counts as "" — still a call, and hashable."""
+    return Counter(
+        p if isinstance(p := ev.metadata.get("primitive"), str) else ""
+        for ev in events
+        if ev.event_type == "cognitive_primitive"
+    )
+
+
 def project_run(events: list[TraceEvent]) -> _Projection:
     """Compute every projection row of a run from its raw events (pure; no database access)."""
-    events = sorted(events, key=_sort_key)
+    events = sorted(events, key=_time_order)  # _sort_key, at C speed
     normalized = normalize_events(events)
     turn_views = build_steps(normalized)
     pins = pin_lifetimes(turn_views)
@@ -372,9 +386,7 @@ def project_run(events: list[TraceEvent]) -> _Projection:
             proj.primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
     proj.pins = [_pin_row(p) for p in pins]
     turns = proj.turns
-    by_primitive = Counter(
-        ev.metadata.get("primitive") for ev in events if ev.event_type == "cognitive_primitive"
-    )
+    by_primitive = primitive_counts(events)
     utils_all = [t["peak_utilization"] for t in turns if t["peak_utilization"] is not None]
     model = (
         step_models.most_common(1)[0][0] if step_models else next((e.model for e in events if e.model), "")
