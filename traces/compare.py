@@ -122,6 +122,7 @@ def run_data(run: Run, agent: str | None = None) -> RunData:
     if isinstance(cached, RunData):
         return cached
     data = _run_data(run, agent)
+    data.level_changes()  # worked out now, so the cached copy holds it
     if not run.is_updating:
         cache.set(key, data, CACHE_SECONDS)
     return data

@@ -175,7 +175,10 @@ def _map_start(c: Comparison, request: HttpRequest, total: int) -> int:
 
 def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
     turn = _int(request.GET.get("turn"))
-    c = cmp.compare_runs(run_a, run_b, turn=turn)
+    # Pools: `?agent_a=` / `?agent_b=` choose the agents compared (default: each run's first).
+    c = cmp.compare_runs(
+        run_a, run_b, agent_a=request.GET.get("agent_a"), agent_b=request.GET.get("agent_b"), turn=turn
+    )
     pair: TurnPair | None = None
     if turn is not None:
         pair = c.pair_for(a_turn=turn) or c.pair_for(b_turn=turn)
@@ -204,7 +207,14 @@ def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
         "pins_b": charts.pin_chart(run_b, agent_b, last_turn),
         "levels": LEVELS,
         "swap_url": cmp.compare_url(run_b, run_a),
-        "diff_base": cmp.compare_url(run_a, run_b),
+        "diff_base": cmp.compare_url(run_a, run_b, agent_a=agent_a or None, agent_b=agent_b or None),
+        # Pool agents to switch to: (agent, URL) per side.
+        "agent_links_a": [
+            (x, cmp.compare_url(run_a, run_b, agent_a=x, agent_b=agent_b or None)) for x in run_a.agents or []
+        ],
+        "agent_links_b": [
+            (x, cmp.compare_url(run_a, run_b, agent_a=agent_a or None, agent_b=x)) for x in run_b.agents or []
+        ],
     }
 
 

@@ -279,3 +279,20 @@ def test_run_again_is_for_members(bob_client: Client, charlie_client: Client, al
     c = Client()
     c.force_login(viewer)
     assert c.get(url).status_code == 403
+
+
+def test_it_compares_chosen_agents_of_pools(alice_client: Client, project: Project) -> None:
+    from tests.traces.views_helpers import OURS, POOL_RUN
+
+    ingest_file(project, OURS / f"{POOL_RUN}.jsonl")
+    pool = Run.objects.get(project=project, run_id=POOL_RUN)
+    r = page(alice_client, pool, pool)
+    assert r.status_code == 200
+    assert (r.context["agent_a"], r.context["agent_b"]) == ("critic", "critic")  # each run's first agent
+    r = page(alice_client, pool, pool, agent_b="planner")
+    assert r.context["c"].b.agent == "planner" and r.context["c"].a.agent == "critic"
+    html = r.content.decode()
+    assert (
+        "compare agent:" in html
+        and cmp.compare_url(pool, pool, agent_a="critic", agent_b="critic").replace("&", "&amp;") in html
+    )
