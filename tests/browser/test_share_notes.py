@@ -98,6 +98,10 @@ def test_a_member_shares_a_run_with_content_hidden_and_revokes_it(
     form.locator("button[type=submit]").click()
     url = page.locator("#share-new-url").input_value()
     assert url.startswith(f"{live_server.url}/s/")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator("#share button[data-copy]").click()
+    page.locator("#share button[data-copy]", has_text="Copied").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == url
     assert page.locator(".share-table tbody tr").count() == 1
     shoot(page, "share-panel-laptop")
     link = ShareLink.objects.get()
