@@ -296,3 +296,10 @@ def test_it_compares_chosen_agents_of_pools(alice_client: Client, project: Proje
         "compare agent:" in html
         and cmp.compare_url(pool, pool, agent_a="critic", agent_b="critic").replace("&", "&amp;") in html
     )
+
+
+def test_the_schema_documents_the_compare_endpoint(alice_client: Client) -> None:
+    schema = alice_client.get("/api/v1/schema", HTTP_ACCEPT="application/json").json()
+    op = schema["paths"]["/api/v1/compare"]["get"]
+    assert {p["name"] for p in op["parameters"]} >= {"a", "b", "turn", "agent_a", "agent_b"}
+    assert "404" in op["responses"] and "first divergence" in op["summary"]
