@@ -13,8 +13,8 @@ from django.test import Client
 
 from tests.traces.bad_input_cases import good
 from tests.traces.test_bad_input import assert_everything_answers
-from traces.ingest import do_rebuild_projections, ingest_events
-from traces.models import Event, Project, Run
+from traces.ingest import do_delete_run, do_rebuild_projections, ingest_events
+from traces.models import Event, Project, Run, Step, Turn
 
 
 def _store(project: Project, *run_ids: str) -> None:
@@ -62,3 +62,19 @@ def test_the_function_collects_problems_and_counts_the_runs_rebuilt(project: Pro
     assert do_rebuild_projections(project=project, problems=problems) == 2
     assert len(problems) == 1 and problems[0].startswith("run 'a' of project ")
     assert do_rebuild_projections(project=project, run_id="b") == 1  # no list given: logged only
+
+
+def test_a_broken_run_can_be_deleted_and_sent_again(project: Project, alice_client: Client) -> None:
+    _store(project, "broken", "kept")
+    Event.objects.filter(run_id="broken").update(raw="{")  # beyond repair
+    run = Run.objects.get(project=project, run_id="broken")
+    do_delete_run(run)
+    assert not Run.objects.filter(project=project, run_id="broken").exists()
+    assert not Event.objects.filter(project=project, run_id="broken").exists()
+    assert not Turn.objects.filter(run_id=run.pk).exists() and not Step.objects.filter(run_id=run.pk).exists()
+    assert Event.objects.filter(project=project, run_id="kept").count() == 2
+    # The same events sent again are new (not duplicates of deleted rows).
+    again = ingest_events(project, [good("broken", 1), good("broken", 2)], source="api")
+    assert again.accepted == 2
+    assert Run.objects.get(project=project, run_id="broken").turns == 1
+    assert_everything_answers(alice_client, project)
