@@ -189,6 +189,8 @@ class RunData:
     recalls_not_found: int = 0
     tool_calls: int = 0
     errors: int = 0
+    # `level_changes()` worked out once (a long run walks every step's level string).
+    changes: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def steps(self) -> int:
@@ -204,7 +206,9 @@ class RunData:
 
     def level_changes(self) -> dict[str, int]:
         """How many times a message went down to each level from one step to the next (see the module
-        docstring): {"L1": n, "L2": n, "L3": n, "summarized": n, "dropped": n}."""
+        docstring): {"L1": n, "L2": n, "L3": n, "summarized": n, "dropped": n}. Worked out once."""
+        if self.changes is not None:
+            return dict(self.changes)
         counts = dict.fromkeys("012345", 0)
         previous: str | None = None
         for t in self.turns:
@@ -218,7 +222,8 @@ class RunData:
                         if now > before and before != ABSENT:
                             counts[now] += 1
                 previous = cur
-        return {name: counts[str(i)] for i, name in enumerate(LEVELS) if i}
+        self.changes = {name: counts[str(i)] for i, name in enumerate(LEVELS) if i}
+        return dict(self.changes)
 
     def summary(self) -> dict[str, Any]:
         changes = self.level_changes()
