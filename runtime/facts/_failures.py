@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from .._trace import TraceEvent
@@ -49,6 +50,10 @@ class StepError:
         return {"kind": self.kind, "message": self.message, "name": self.name, "ends_send": self.ends_send}
 
 
+#: (timestamp, step_id): the run's canonical order; attrgetter keys a sort at C speed.
+_time_order = attrgetter("timestamp_dt", "step_id")
+
+
 def error_message(ev: TraceEvent) -> str:
     """The one-line text of an `error` event: `<error>: <message>` (either part may be missing)."""
     md = ev.metadata
@@ -63,7 +68,19 @@ def _unanswered(sv: StepView) -> bool:
 
 def step_errors(sv: StepView) -> list[StepError]:
     """Everything that went wrong in the step (see the module docstring), in this order: tool results
-    (in the order the model asked), then other `error` events, then a missing answer."""
+    (in the order the model asked), then other `error` events, then a missing answer.
+
+    Kept on the view while its events stay the same, like `tool_results` (the step row, its turn's
+    outcome and its run's outcome each ask for it)."""
+    memo = sv.__dict__.get("_step_errors")
+    if memo is not None and memo[0] == len(sv.events):
+        return list(memo[1])
+    errors = _step_errors(sv)
+    sv.__dict__["_step_errors"] = (len(sv.events), errors)
+    return list(errors)
+
+
+def _step_errors(sv: StepView) -> list[StepError]:
     out: list[StepError] = []
     for r in tool_results(sv):
         if r["ok"]:
@@ -175,7 +192,7 @@ def run_outcome(turns: Iterable[TurnView], events: Iterable[TraceEvent]) -> Send
     5. otherwise → running.
     `errors` counts every `StepError` of the run plus `error` events outside any step."""
     turn_list = list(turns)
-    evs = sorted(events, key=lambda e: (e.timestamp_dt, e.step_id))
+    evs = sorted(events, key=_time_order)
     steps = [sv for tv in turn_list for sv in tv.steps]
     in_steps = {id(ne.event) for sv in steps for ne in sv.events}
     loose = [e for e in evs if e.event_type == "error" and id(e) not in in_steps]

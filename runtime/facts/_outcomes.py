@@ -155,7 +155,19 @@ def tool_results(sv: StepView) -> list[ToolResult]:
     `tool_call_id` (an unknown tool: `result` is what the model was told); and every call the model
     asked for that no `tool_call` / `cognitive_primitive` / `error` event answers (`event: None`,
     `error: UNRECORDED_CALL`). Our events name the call they answer (`tool_call_id`); arcana-agent
-    1.2's do not, so there calls are matched by name. Primitive calls are not listed here."""
+    1.2's do not, so there calls are matched by name. Primitive calls are not listed here.
+
+    Worked out once per step view (its step row, its errors, its turn's and its run's outcome all ask):
+    the answer is kept on the view while its events stay the same (a fresh list is returned)."""
+    memo = sv.__dict__.get("_tool_results")
+    if memo is not None and memo[0] == len(sv.events):
+        return list(memo[1])
+    results = _tool_results(sv)
+    sv.__dict__["_tool_results"] = (len(sv.events), results)
+    return list(results)
+
+
+def _tool_results(sv: StepView) -> list[ToolResult]:
     asked = requested_calls(sv)
     out = _answered_calls(sv, asked)
     position, free = _match_requests(sv, asked, out)
