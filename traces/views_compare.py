@@ -48,8 +48,14 @@ class _Side:
     def waiting(self) -> bool:
         """Still being written: no event yet, or a run that is live or whose conversation is active."""
         if self.run is None:
-            return True
+            # A conversation that ended before its first event (cancelled while queued) never will.
+            return self.conversation is None or not self.conversation.is_finished
         return self.run.is_updating
+
+    @property
+    def ended_empty(self) -> bool:
+        """No run, and none coming: its conversation ended without writing an event."""
+        return self.run is None and not self.waiting
 
     @property
     def progress(self) -> str:
@@ -57,7 +63,8 @@ class _Side:
         if conv is not None:
             total = len(conv.script) if conv.mode == Conversation.Mode.SCRIPT else None
             done = f"{conv.cursor} of {total} turns" if total is not None else f"{conv.cursor} turns"
-            return f"{conv.get_status_display().lower()} · {done}"
+            reason = f" · {conv.reason}" if conv.reason and conv.is_finished else ""
+            return f"{conv.get_status_display().lower()} · {done}{reason}"
         if self.run is not None:
             return f"{self.run.status} · {self.run.turns} turns"
         return "waiting for the first event"
@@ -230,7 +237,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         return redirect(cmp.compare_url(picked[0], picked[1]))
     a, b = _sides(request)
     ctx: dict[str, Any] = {"side_a": a, "side_b": b}
-    if a.waiting or b.waiting:
+    if a.waiting or b.waiting or a.ended_empty or b.ended_empty:
         ctx["live_etag"] = _live_tag(a, b)
         ctx["live_url"] = reverse("traces:compare_live") + "?" + request.GET.urlencode()
         return render(request, "traces/compare_waiting.html", ctx)

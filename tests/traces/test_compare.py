@@ -303,3 +303,19 @@ def test_the_schema_documents_the_compare_endpoint(alice_client: Client) -> None
     op = schema["paths"]["/api/v1/compare"]["get"]
     assert {p["name"] for p in op["parameters"]} >= {"a", "b", "turn", "agent_a", "agent_b"}
     assert "404" in op["responses"] and "first divergence" in op["summary"]
+
+
+def test_a_conversation_cancelled_before_its_first_event_is_not_waited_for(
+    alice: Any, alice_client: Client, project: Project, runs: dict[str, Run]
+) -> None:
+    conv = _finished_conversation(project, runs["on"], alice, [])
+    conv.run_id, conv.status, conv.reason = (
+        "never-started",
+        Conversation.Status.CANCELLED,
+        "cancelled by alice",
+    )
+    conv.save()
+    r = page(alice_client, runs["on"], f"{project.pk}:never-started")
+    html = r.content.decode()
+    assert r.status_code == 200 and "nothing to compare" in html and "cancelled by alice" in html
+    assert "data-live-url" not in html  # nothing will change: no polling
