@@ -55,6 +55,19 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     (tests/traces/test_ingest_incremental.py). Returns False, having changed nothing that the whole-run
     projection will not replace, when the run leaves the cases this covers; the caller then projects
     it whole. Must run inside the transaction holding the run's lock."""
+    touched = _touched_turns(project, run, new)
+    if touched is None:
+        return False
+    dirty, turn_views = touched
+    _replace_turn_rows(project, run, dirty, turn_views)
+    return _update_counters(project, run, new)
+
+
+def _touched_turns(
+    project: Project, run: Run, new: list[TraceEvent]
+) -> tuple[set[tuple[str, int]], list[TurnView]] | None:
+    """The (agent, turn) pairs the batch touches and their turn views, rebuilt from the batch and the
+    stored events they need; None when the run leaves the cases `do_project_turns` covers."""
     rid = run.run_id
     events = Event.objects.filter(project=project, run_id=rid)
     dirty: set[tuple[str, int]] = {(ev.source_agent or "", local_turn(ev)) for ev in new}  # type: ignore[misc]
@@ -63,7 +76,7 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
         # A stored event naming a new turn event as parent: its turn may change (its step's id).
         for agent, turn in events.filter(parent_step_id__in=new_turn_ids).values_list("agent", "turn"):
             if turn is None:
-                return False
+                return None
             dirty.add((agent, turn))
     # The touched turns' events: the batch's from memory, the others parsed from their rows.
     new_ids = {ev.step_id for ev in new}
@@ -91,7 +104,15 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
         if (tv.agent or "", tv.turn) in dirty
     ]
     if not _one_turn_event_per_step(turn_views):
-        return False
+        return None
+    return dirty, turn_views
+
+
+def _replace_turn_rows(
+    project: Project, run: Run, dirty: set[tuple[str, int]], turn_views: list[TurnView]
+) -> None:
+    """Project the touched turns and replace their rows (and the touched agents' pins when a pin may
+    have changed)."""
     proj, _ = _project_turns(turn_views)
     by_agent: dict[str, list[int]] = {}
     for agent, turn in sorted(dirty):
@@ -109,6 +130,10 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     _delete_turns(run, by_agent, in_dirty, pin_agents)
     _insert_projections([(run, proj)])
 
+
+def _update_counters(project: Project, run: Run, new: list[TraceEvent]) -> bool:
+    """The run's counters after the batch: its additions and aggregates over the turns and the last
+    events. False when a whole-run fact is at stake (the caller then projects the run whole)."""
     new_turns = [ev for ev in new if ev.event_type == "turn"]
     summary = _run_summary(
         project, run, max(new, key=_sort_key), max(new_turns, key=_sort_key) if new_turns else None
