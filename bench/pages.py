@@ -11,6 +11,9 @@
    JSONL file, then render the run page (summary cards and a flat event table); and, for a turn, the
    CLI's approach (re-read the file, pick the turn's events, print its decision rows).
 Prints the medians, page sizes and the ratios. Goals: turn page < 150 ms, overview < 500 ms.
+5. With `--steps` above 1,000 (`--steps 10000`), a second run of 1,000 steps is ingested into the same
+   database and its overview timed the same way: the ratio (overview at N steps / at 1,000 steps) says
+   whether a page's cost grows with the run's length (goal ≤ 1.3×: pages read a window of the run).
 """
 
 from __future__ import annotations
@@ -263,6 +266,17 @@ def main() -> None:
     client = Client()
     client.force_login(user)
     mid = turns // 2
+    small_ms: float | None = None
+    if args.steps > 1000:
+        # The same page of a 1,000-step run in the same database, for the length ratio.
+        small = tmp / "small.jsonl"
+        write_trace(small, 1000, args.decisions)
+        text = small.read_text(encoding="utf-8").replace(RUN_ID, RUN_ID + "-1k")
+        small.write_text(text, encoding="utf-8")
+        with small.open("rb") as fh:
+            ingest_jsonl(project, fh, source="cli", chunk_lines=100_000)
+        small_run = Run.objects.get(run_id=RUN_ID + "-1k")
+        small_ms, _ = median_ms(lambda: client.get(small_run.get_absolute_url()).content, args.repeat)
 
     def get(url: str) -> bytes:
         response = client.get(url)
@@ -296,6 +310,9 @@ def main() -> None:
         f"  turn page    : {base_turn_ms / turn_page:5.1f}x   (goal < 150 ms: {'met' if turn_page < 150 else 'MISSED'})"
     )
     print(f"  largest page : {max(size for _, _, size in rows) / 1024:.0f} KB (limit 1024 KB)")
+    if small_ms is not None:
+        print(f"  run overview at {args.steps:,} steps / at 1,000 steps: {overview:.1f} / {small_ms:.1f} ms = "
+              f"{overview / small_ms:.2f}x (goal ≤ 1.3x: {'met' if overview / small_ms <= 1.3 else 'MISSED'})")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -15,7 +15,13 @@ Two windows: 128k (passthrough, or aggressive_truncate for the 250k-token histor
 window the history fills to ~65% (tail_preserve: relevance scoring, the fidelity ladder and the fit
 loop all run).
 
-Run: .venv/bin/python bench/runtime_overhead.py
+Then, end to end (`--send`, on by default): the time of one `chat.send()` with 200 and 1,000 messages
+of history against a loopback OpenAI-compatible server (tests/runtime/openai_server.py), and the
+floor: a bare `httpx` POST of the very messages (and tools) the runtime sent, to the same server, on
+a client that stays open. ratio = send / bare POST (the runtime's whole cost per send: working set,
+trace events written to a JSONL file, bookkeeping). Medians of `--sends`.
+
+Run: .venv/bin/python bench/runtime_overhead.py [--no-builder] [--sends 15]
 """
 
 from __future__ import annotations
@@ -158,7 +164,80 @@ async def measure(n: int, window: int) -> dict[str, Any]:
     }
 
 
+async def send_vs_post(n: int, sends: int, trace_dir: str) -> dict[str, float]:
+    """Median seconds of `chat.send()` with `n` messages of history, and of a bare POST of the same
+    request body (messages, tools, model) to the same loopback server."""
+    import httpx
+
+    import runtime
+    from tests.runtime.openai_server import OpenAIServer
+
+    history = make_history(n)
+    window = max(128_000, int(TokenCounter().count_messages(history) * 1.5))
+    with OpenAIServer(default_reply="Noted; the plan stands.") as server:
+        rt = runtime.Runtime(
+            providers={"openai": {"api_key": "k", "base_url": server.base_url, "model": "loopback-model"}},
+            # A window the whole history fits in, so every message is sent (and the bare POST carries
+            # the same messages); 128k would cut the 1,000-message history (~250k tokens).
+            config=runtime.RuntimeConfig(context_window=window, trace_dir=trace_dir),
+        )
+        async with rt.chat(system=history[0]["content"]) as chat:
+            state = chat.export_state()
+        # The same session with `n` messages of history (one turn per user message), restored.
+        turns, turn = [0], 0
+        for m in history[1:]:
+            turn += m["role"] == "user"
+            turns.append(turn)
+        state.update(history=history, message_turns=turns, turn=turn)
+        times: list[float] = []
+        async with rt.chat(state=state) as chat:
+            await chat.send("warm up: what is the plan?")
+            for i in range(sends):
+                t0 = time.perf_counter()
+                await chat.send(f"question {i}: what is the budget?")
+                times.append(time.perf_counter() - t0)
+        body = server.requests[-1].body
+        payload = json.loads(body)
+        bare: list[float] = []
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+            headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
+
+            async def post() -> None:
+                # Encoded as a client must (the runtime's own encoding), posted, the answer decoded.
+                data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+                r = await client.post("/chat/completions", content=data, headers=headers)
+                r.json()
+
+            await post()
+            for _ in range(sends):
+                t0 = time.perf_counter()
+                await post()
+                bare.append(time.perf_counter() - t0)
+        messages = len(server.requests[-1].json["messages"])
+    return {"send": statistics.median(times), "bare": statistics.median(bare), "sent": messages,
+            "bytes": len(body)}  # fmt: skip
+
+
 def main() -> None:
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--no-builder", action="store_true", help="only the send vs bare POST comparison")
+    ap.add_argument("--sends", type=int, default=15)
+    args = ap.parse_args()
+    if not args.no_builder:
+        builder_table()
+    print(f"\nsend vs bare HTTP POST of the same request (loopback, medians of {args.sends}):")
+    print(f"{'history':>8} {'sent msgs':>9} {'body KB':>8} {'send ms':>8} {'POST ms':>8} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (200, 1000):
+            r = asyncio.run(send_vs_post(n, args.sends, tmp))
+            print(f"{n:>8} {r['sent']:>9} {r['bytes'] / 1024:>8.0f} {r['send'] * 1e3:>8.2f} "
+                  f"{r['bare'] * 1e3:>8.2f} {r['send'] / r['bare']:>6.2f}")  # fmt: skip
+
+
+def builder_table() -> None:
     TokenCounter()  # load the encoding before timing anything
     print(
         f"{'messages':>8} {'window':>7} {'history tok':>11} {'strategy':>19} {'floor ms':>9} "
