@@ -146,6 +146,16 @@ def _run_data(run: Run, agent: str) -> RunData:
         agent=agent or None,
         duration_seconds=run.duration_seconds,
     )
+    turns = _turns(run, agent, data)
+    _steps(run, agent, turns, key_of)
+    _primitives(run, agent, turns, data)
+    data.turns = list(turns.values())
+    return data
+
+
+def _turns(run: Run, agent: str, data: RunData) -> dict[int, TurnData]:
+    """The agent's turns with their counts and user message; their tool calls and errors are added to
+    `data`'s totals (two queries)."""
     turns: dict[int, TurnData] = {}
     for number, prompt, completion, util, tool_calls, errors in (
         Turn.objects.filter(run=run, agent=agent)
@@ -175,6 +185,11 @@ def _run_data(run: Run, agent: str) -> RunData:
                  and isinstance(m.get("content"), str)),
                 None,
             )  # fmt: skip
+    return turns
+
+
+def _steps(run: Run, agent: str, turns: dict[int, TurnData], key_of: dict[str, str]) -> None:
+    """Each turn's steps, its answer, and each step's working set (two queries)."""
     steps: dict[tuple[int, int], StepData] = {}
     for number, step_number, text in (
         Step.objects.filter(run=run, agent=agent)
@@ -197,6 +212,10 @@ def _run_data(run: Run, agent: str) -> RunData:
             continue
         found.has_decision, found.strategy, found.utilization = True, strategy or None, util
         _fill_working_set(found, table, key_of)
+
+
+def _primitives(run: Run, agent: str, turns: dict[int, TurnData], data: RunData) -> None:
+    """Each turn's primitive calls in their one wording, and the run's pin / recall counts (one query)."""
     for turn_number, primitive, args, result in (
         PrimitiveEvent.objects.filter(run=run, agent=agent)
         .order_by("timestamp", "id")
@@ -213,8 +232,6 @@ def _run_data(run: Run, agent: str) -> RunData:
                 data.recalls_found += 1
             else:
                 data.recalls_not_found += 1
-    data.turns = list(turns.values())
-    return data
 
 
 _LEVEL_CHAR: dict[tuple[Any, Any], str] = {}
