@@ -314,7 +314,7 @@ def test_it_survives_a_worker_killed_mid_turn(
         "Turn three answered.",
     ]
     events = events_of(project, created["run_id"])
-    kinds = sorted((e["metadata"]["turn"], e["event_type"]) for e in events)
+    kinds = sorted((e["metadata"]["console_turn"], e["event_type"]) for e in events)
     expected = sorted(
         (turn, kind)
         for turn in (1, 2, 3)
