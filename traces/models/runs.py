@@ -83,7 +83,7 @@ class Run(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     # Bookkeeping of `traces.ingest` (not shown): True when every event of the run is one of ours with
-    # a `metadata.turn`, so a batch re-projects only the turns it touches (see traces/ingest.py).
+    # a `metadata.turn`, so a batch re-projects only the turns it touches (see traces/ingest/incremental.py).
     incremental = models.BooleanField(default=False)
 
     class Meta:
