@@ -245,8 +245,9 @@ def test_run_again_copies_the_settings_and_opens_the_compare_page(
     html = form.content.decode()
     assert html.count("checked") == 2  # recall and pin, as the run had them
     assert "pin-recall-demo" in html
-    # The run page offers it.
+    # The run page and the conversation page offer it.
     assert url in alice_client.get(runs["on"].get_absolute_url()).content.decode()
+    assert url in alice_client.get(conv.page_url()).content.decode()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:  # the worker is not under test here
         r = alice_client.post(
             url, {"model": "scripted/pin-recall-demo", "pin_budget_fraction": "0.5", "system": "Be terse."}
