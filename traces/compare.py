@@ -59,7 +59,11 @@ def parse_run_ref(value: str | None) -> tuple[int, str] | None:
     if not value:
         return None
     head, sep, rest = value.partition(":")
-    if not sep or not rest or not head.isdigit() or len(head) > 18:
+    if not sep or not rest or not head.isascii() or not head.isdigit() or len(head) > 18:
+        return None
+    # No stored run id holds a NUL or is longer than 200 characters (ingest's rule), and PostgreSQL
+    # refuses a NUL in a query: such a ref names nothing.
+    if "\x00" in rest or len(rest) > 200:
         return None
     return int(head), rest
 

@@ -320,3 +320,18 @@ def test_a_conversation_cancelled_before_its_first_event_is_not_waited_for(
     html = r.content.decode()
     assert r.status_code == 200 and "nothing to compare" in html and "cancelled by alice" in html
     assert "data-live-url" not in html  # nothing will change: no polling
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["", "x", "1:", ":abc", "1:a\x00b", "-1:a", "\u0661:a", "1" * 19 + ":a", "1:" + "a" * 201, "999999:a"],
+)
+def test_it_answers_404_or_400_for_refs_that_name_nothing(
+    alice_client: Client, runs: dict[str, Run], ref: str
+) -> None:
+    good = cmp.run_ref(runs["on"])
+    # 404; a NUL anywhere in a query string is refused before any view (400, arcana_site/security.py).
+    assert page(alice_client, good, ref).status_code in ({400} if "\x00" in ref else {404})
+    assert page(alice_client, ref, good).status_code in ({400} if "\x00" in ref else {404})
+    api = alice_client.get("/api/v1/compare", {"a": good, "b": ref})
+    assert api.status_code in (400, 404) and set(api.json()) == {"error", "detail"}
