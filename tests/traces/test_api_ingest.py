@@ -62,7 +62,11 @@ def test_it_returns_207_with_per_event_errors(api_client: Client) -> None:
     assert body["results"][4]["error"] == "'metadata' must be an object, got string"
     # The one error shape too: which events, which field, why.
     assert body["error"] == "4 of 6 events rejected; the others were stored"
-    assert body["detail"][0] == {"index": 1, "field": "step_id", "message": "missing required field 'step_id'"}
+    assert body["detail"][0] == {
+        "index": 1,
+        "field": "step_id",
+        "message": "missing required field 'step_id'",
+    }
     assert [d["index"] for d in body["detail"]] == [1, 2, 3, 4]
     assert Event.objects.count() == 2
 
