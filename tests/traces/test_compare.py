@@ -335,3 +335,17 @@ def test_it_answers_404_or_400_for_refs_that_name_nothing(
     assert page(alice_client, ref, good).status_code in ({400} if "\x00" in ref else {404})
     api = alice_client.get("/api/v1/compare", {"a": good, "b": ref})
     assert api.status_code in (400, 404) and set(api.json()) == {"error", "detail"}
+
+
+def test_the_live_fragment_says_when_both_runs_are_complete(
+    alice_client: Client, runs: dict[str, Run]
+) -> None:
+    r = alice_client.get(
+        reverse("traces:compare_live"), {"a": cmp.run_ref(runs["on"]), "b": cmp.run_ref(runs["off"])}
+    )
+    html = r.content.decode()
+    assert r.status_code == 200 and r["ETag"] and 'data-live="false"' in html
+    assert (
+        "Open the comparison" in html
+        and cmp.compare_url(runs["on"], runs["off"]).replace("&", "&amp;") in html
+    )
