@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", parents=[common], help="two runs side by side: summary, turns, divergence")
     diff.add_argument("run_a", metavar="RUN_A", help="run id or prefix in --dir, or a trace file of one run")
     diff.add_argument("run_b", metavar="RUN_B", help="the run to compare it with (same forms)")
-    diff.add_argument("--turn", type=int, help="working-set diff of this turn (default: the first divergence)")
+    diff.add_argument(
+        "--turn", type=int, help="working-set diff of this turn (default: the first divergence)"
+    )
 
     upload = sub.add_parser("upload", parents=[common], help="send trace files to an Arcana Console server")
     upload.add_argument("paths", nargs="+", metavar="file-or-dir")
