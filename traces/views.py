@@ -98,16 +98,23 @@ def runs(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("fragment", None)
+    rows = list(page.object_list)
+    # A conversation's run between two turns is live although its last event says "completed", as on
+    # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
+    live.attach_conversations(rows)
     ctx: dict[str, Any] = {
         "page": page,
-        "runs": list(page.object_list),
+        "runs": rows,
         "filters": filters,
         "query": query.urlencode(),
-        "any_live": any(r.is_live for r in page.object_list),
+        "any_live": any(r.is_updating for r in rows),
     }
     # The list's version: what its rows show of each run, and how many runs match (traces/live.py).
     ctx["live_etag"] = tag = live.etag(
-        "runs", ctx["query"], [live.run_token(r) for r in ctx["runs"]], page.paginator.count
+        "runs",
+        ctx["query"],
+        [(live.run_token(r), live.conversation_token(r), r.is_updating) for r in rows],
+        page.paginator.count,
     )
     if request.GET.get("fragment") == "list":
         return live.not_modified(request, tag) or live.tagged(
@@ -186,28 +193,48 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx.update(sharing.share_panel_ctx(request, run, membership))
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
+    # The map's own version: run.js fetches it again after a change of the live fragment, and the
+    # answer is a 304 unless the run (or the window asked for) changed.
+    ctx["fmap_etag"] = live.run_tag(run, "fmap", agent, _map_start(request))
     return render(request, "traces/run.html", ctx)
+
+
+def _poll(
+    request: HttpRequest, project_id: int, run_id: str, *params: Any
+) -> tuple[str, str, HttpResponse | None]:
+    """A polled fragment's agent, tag and, when the page already shows that version, its 304: from the
+    one query of `live.poll_run` (404 for outsiders, as `_get_run_for_user`). The caller reads the full
+    run only when it has to render."""
+    light = live.poll_run(request.user, project_id, run_id)
+    if light is None:
+        raise Http404("No such run.")
+    agent = _agent_for(request, light)
+    tag = live.run_tag(light, *params[:1], agent, *params[1:])
+    return agent, tag, live.not_modified(request, tag)
 
 
 @login_required
 @require_GET
 def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     """The header stats and the timeline's last page, for pages polling a live run."""
-    run = _get_run_for_user(request, project_id, run_id)
-    agent = _agent_for(request, run)
-    tag = live.run_tag(run, "run", agent)
-    if unchanged := live.not_modified(request, tag):
+    agent, tag, unchanged = _poll(request, project_id, run_id, "run")
+    if unchanged:
         return unchanged
+    run = _get_run_for_user(request, project_id, run_id)
     return live.tagged(render(request, "traces/_run_live.html", live_run_ctx(request, run, agent)), tag)
 
 
 @login_required
 @require_GET
 def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    """The fidelity map for another window of steps (the range control fetches this)."""
+    """The fidelity map for another window of steps (the range control fetches this), and the map a
+    page of a live run fetches again after its live fragment changed (`static/js/run.js`): tagged by
+    the run's version and the window, so it is drawn again only when the run changed (304 else)."""
+    agent, tag, unchanged = _poll(request, project_id, run_id, "fmap", _map_start(request))
+    if unchanged:
+        return unchanged
     run = _get_run_for_user(request, project_id, run_id)
-    agent = _agent_for(request, run)
-    return render(request, "traces/_fidelity_map.html", fidelity_ctx(request, run, agent))
+    return live.tagged(render(request, "traces/_fidelity_map.html", fidelity_ctx(request, run, agent)), tag)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -314,11 +341,10 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
 @require_GET
 def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -> HttpResponse:
     """The steps of a turn, for a turn page polling a live run."""
-    run = _get_run_for_user(request, project_id, run_id)
-    agent = _agent_for(request, run)
-    tag = live.run_tag(run, "turn", agent, number)
-    if unchanged := live.not_modified(request, tag):
+    agent, tag, unchanged = _poll(request, project_id, run_id, "turn", number)
+    if unchanged:
         return unchanged
+    run = _get_run_for_user(request, project_id, run_id)
     # live_parts: the active pins come along, for turn.js to put in the sidebar (#turn-pins).
     ctx = {**_turn_ctx(request, run, agent, number), "live_parts": True}
     return live.tagged(render(request, "traces/_turn_steps.html", ctx), tag)

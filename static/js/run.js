@@ -1,4 +1,4 @@
-/* Run overview: fidelity-map tooltip and click-through, step-window control, live timeline refresh.
+/* Run overview: fidelity-map tooltip and click-through, step-window control, live timeline and map refresh.
  *
  * Data comes only from the server-rendered DOM: each map cell's <title> (plain text) and the step
  * columns passed through json_script. Tooltips are filled with textContent, never innerHTML.
@@ -67,6 +67,36 @@
     });
   }
 
+  // The map of a live run follows it: after each change of the live fragment (so never while the run
+  // is unchanged), the map is asked for again with its own ETag, for the window on screen (the last
+  // one unless the reader picked another); the server draws it again only if the run changed.
+  function refreshMap(container) {
+    var base = container.getAttribute("data-fmap-live");
+    if (!base) return;
+    var active = document.activeElement;
+    if (active && container.contains(active) && active.closest("form")) return; // the reader is moving the window
+    var params = new URLSearchParams();
+    var here = new URLSearchParams(window.location.search);
+    ["agent", "from"].forEach(function (k) { if (here.get(k)) params.set(k, here.get(k)); });
+    var headers = { "X-Requested-With": "fetch" };
+    var tag = container.getAttribute("data-live-etag");
+    if (tag) headers["If-None-Match"] = tag;
+    var query = params.toString();
+    fetch(base + (query ? "?" + query : ""), { credentials: "same-origin", cache: "no-store", headers: headers })
+      .then(function (r) {
+        if (r.status === 304 || !r.ok) return;
+        return r.text().then(function (html) {
+          var tpl = document.createElement("template");
+          tpl.innerHTML = html;
+          container.replaceChildren(tpl.content);
+          container.setAttribute("data-live-etag", r.headers.get("ETag") || "");
+          init(container);
+          bindWindow(container);
+        });
+      })
+      .catch(function () { /* the next change of the run asks again */ });
+  }
+
   function bindWindow(container) {
     var form = container.querySelector("form.fmap-window");
     if (!form) return;
@@ -121,6 +151,9 @@
           part.remove();
         });
         live.replaceChildren(root);
+      },
+      onUpdate: function () {
+        document.querySelectorAll("[data-fmap-live]").forEach(refreshMap);
       },
       onFinish: function (root) {
         var badge = document.getElementById("live-badge");

@@ -145,5 +145,10 @@ def test_it_updates_a_live_run_without_a_reload(
     page.evaluate("window.__marker = 1")  # survives only if the page is not reloaded
     ingest_live_run(project, "live-run", turns=2)
     page.locator(f'#run-live a[href="{run_path("live-run")}/turns/2"]').wait_for(timeout=15_000)
+    # The fidelity map follows too: the new step's column (its turn tick links to it).
+    page.locator(f'[data-fmap-container] a[href="{run_path("live-run")}/turns/2#step-1"]').wait_for(
+        state="attached", timeout=15_000
+    )
+    assert "2 steps" in page.locator("[data-fmap-container] .fmap-toolbar").inner_text()
     assert page.evaluate("window.__marker") == 1
     shoot(page, "run-live-laptop")

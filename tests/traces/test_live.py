@@ -198,3 +198,95 @@ def test_the_turn_fragment_refreshes_the_active_pins(project: Project, alice_cli
     assert "budget" in after.split('data-part="turn-pins"')[1] and "p_0000abcd" in after
     page = alice_client.get(run.turn_url(2)).content.decode()
     assert 'id="turn-pins"' in page and 'data-part="turn-pins"' not in page and "p_0000abcd" in page
+
+
+def _conversation_between_turns(project: Project, alice: object) -> Run:
+    """A script's run after its first turn: the run says "completed", its conversation is running."""
+    from tests.traces.views_helpers import decision, our_step
+    from traces import conversations as service
+    from traces.ingest import ingest_events
+    from traces.models import Conversation
+
+    spec = service.check_conversation_request({"model": "pin-recall-demo", "script": ["one", "two"]})
+    conv = service.start_conversation(project, spec, user=alice)
+    Conversation.objects.filter(pk=conv.pk).update(status=Conversation.Status.RUNNING)
+    ingest_events(project, our_step(conv.run_id, 1, 1, decisions=[decision(0, "user")]), source="worker")
+    return Run.objects.get(run_id=conv.run_id)
+
+
+def test_an_unchanged_poll_is_one_query_after_the_session(
+    project: Project, alice: object, alice_client: Client, django_assert_num_queries: object
+) -> None:
+    """The 304 of every polled fragment reads the session, the user and one row (run, conversation and
+    access check together), whatever the conversation's saved state weighs; the page's tag and the
+    poll's agree (the poll reads raw columns, the page full rows)."""
+    from traces.models import Conversation
+
+    run = _conversation_between_turns(project, alice)
+    Conversation.objects.filter(run_id=run.run_id).update(state={"history": ["x" * 1000] * 200})
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    tags = re.findall(r'data-live-etag="([^"]+)"', page)
+    assert len(tags) == 2, "the live fragment and the fidelity map each carry their version"
+    live_tag, map_tag = (t.replace("&quot;", '"') for t in tags)
+    for url, tag in (
+        (run.get_absolute_url() + "/live", live_tag),
+        (run.get_absolute_url() + "/fidelity", map_tag),
+        (run.turn_url(1) + "/live", _tag_in_page(alice_client.get(run.turn_url(1)).content.decode())),
+    ):
+        with django_assert_num_queries(3):  # type: ignore[operator]
+            assert alice_client.get(url, HTTP_IF_NONE_MATCH=tag).status_code == 304, url
+
+
+def test_the_fidelity_map_follows_a_live_run(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-run", turns=2)
+    run = Run.objects.get(run_id="live-run")
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert f'data-fmap-live="{run.fidelity_url()}"' in page
+    fmap = run.get_absolute_url() + "/fidelity"
+    tag = re.findall(r'data-live-etag="([^"]+)"', page)[1].replace("&quot;", '"')
+    assert alice_client.get(fmap, HTTP_IF_NONE_MATCH=tag).status_code == 304
+    assert alice_client.get(fmap + "?from=1", HTTP_IF_NONE_MATCH=tag).status_code == 200  # another window
+
+    ingest_live_run(project, "live-run", turns=3)  # a third step arrives
+    changed = alice_client.get(fmap, HTTP_IF_NONE_MATCH=tag)
+    assert changed.status_code == 200 and f"{run.turn_url(3)}#step-1" in changed.content.decode()
+    assert alice_client.get(fmap, HTTP_IF_NONE_MATCH=changed["ETag"]).status_code == 304
+    # A finished run's page does not ask for its map again.
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED)
+    assert "data-fmap-live" not in alice_client.get(run.get_absolute_url()).content.decode()
+
+
+def test_the_poll_is_404_for_an_outsider(
+    project: Project, alice: object, alice_client: Client, charlie_client: Client
+) -> None:
+    run = _conversation_between_turns(project, alice)
+    for url in (
+        run.get_absolute_url() + "/live",
+        run.get_absolute_url() + "/fidelity",
+        run.turn_url(1) + "/live",
+    ):
+        tag = alice_client.get(url)["ETag"]
+        assert charlie_client.get(url, HTTP_IF_NONE_MATCH=tag).status_code == 404, url
+        assert charlie_client.get(url).status_code == 404, url
+
+
+def test_the_runs_list_marks_a_conversation_between_turns_live(
+    project: Project, alice: object, alice_client: Client, django_assert_max_num_queries: object
+) -> None:
+    """As its run page does (Run.is_updating), in one query for every row's conversation."""
+    from traces.models import Conversation
+
+    run = _conversation_between_turns(project, alice)
+    for i in range(5):
+        ingest_live_run(project, f"other-{i}", turns=1, age=3600)  # idle uploads beside it
+    with django_assert_max_num_queries(12):  # type: ignore[operator]
+        listing = alice_client.get("/?fragment=list")
+    row = next(r for r in listing.content.decode().split("<tr") if run.run_id[:8] in r)
+    assert 'data-live="true"' in listing.content.decode() and "badge--live" in row
+    tag = listing["ETag"]
+    assert alice_client.get("/?fragment=list", HTTP_IF_NONE_MATCH=tag).status_code == 304
+    Conversation.objects.filter(run_id=run.run_id).update(
+        status=Conversation.Status.COMPLETED, updated_at=timezone.now()
+    )
+    done = alice_client.get("/?fragment=list", HTTP_IF_NONE_MATCH=tag)
+    assert done.status_code == 200 and 'data-live="false"' in done.content.decode()
