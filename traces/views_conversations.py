@@ -203,15 +203,15 @@ def conversation_url(conv: Conversation) -> str:
     return reverse("traces:conversation", kwargs={"project_id": conv.project_id, "conversation_id": conv.pk})
 
 
-def _get_conversation_for_user(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:
-    """The conversation if the caller is in its project's team, else 404 (never 403)."""
-    conv = (
-        Conversation.objects.filter(
-            pk=conversation_id, project_id=project_id, project__in=projects_for_user(request.user)
-        )
-        .select_related("project__team")
-        .first()
+def _get_conversation_for_user(
+    request: HttpRequest, project_id: int, conversation_id: int, only: tuple[str, ...] = ()
+) -> Conversation:
+    """The conversation if the caller is in its project's team, else 404 (never 403). `only`: just
+    these columns (the live poll's tag)."""
+    qs = Conversation.objects.filter(
+        pk=conversation_id, project_id=project_id, project__in=projects_for_user(request.user)
     )
+    conv = (qs.only(*only) if only else qs.select_related("project__team")).first()
     if conv is None:
         raise Http404("No such conversation.")
     return conv
@@ -290,10 +290,18 @@ def conversation(request: HttpRequest, project_id: int, conversation_id: int) ->
 @require_GET
 def conversation_live(request: HttpRequest, project_id: int, conversation_id: int) -> HttpResponse:
     """The part of the conversation page that changes, for the page polling it (304 when unchanged)."""
-    conv = _get_conversation_for_user(request, project_id, conversation_id)
-    tag = _conversation_tag(conv)
+    # The tag's columns only: an unchanged poll (304) must not load and parse the saved session state
+    # and the transcript, which grow with every turn (traces/live.py).
+    light = _get_conversation_for_user(
+        request,
+        project_id,
+        conversation_id,
+        only=("id", "project_id", "run_id", "status", "updated_at", "cursor"),
+    )
+    tag = _conversation_tag(light)
     if unchanged := live.not_modified(request, tag):
         return unchanged
+    conv = _get_conversation_for_user(request, project_id, conversation_id)
     return live.tagged(render(request, "traces/_conversation_live.html", _live_ctx(request, conv)), tag)
 
 
