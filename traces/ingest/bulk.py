@@ -40,9 +40,21 @@ def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
             t["run_id"] = run.pk
             turns.append(t)
     n_steps = sum(len(proj.steps) for _, proj in items)
-    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the COPYs.
-    ids = _allocate_ids([(Turn, len(turns)), (Step, n_steps)]) if connection.vendor == "postgresql" else None
-    turn_ids = fast_insert(Turn, turns, need_ids=True, ids=ids[0] if ids else None)
+    n_rows = len(turns) + n_steps + sum(len(p.decisions) + len(p.primitives) + len(p.pins) for _, p in items)
+    if not n_rows:
+        return
+    postgres = connection.vendor == "postgresql"
+    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the writes.
+    ids = (
+        _allocate_ids([(Turn, len(turns)), (Step, n_steps)]) if postgres and (turns or n_steps) else [[], []]
+    )
+    # A small batch (a live stream's) is written with ONE statement (`_insert_small`); a large one
+    # with a COPY per table.
+    small = postgres and n_rows <= SMALL_BATCH_ROWS
+    if small:
+        turn_ids = ids[0]
+    else:
+        turn_ids = fast_insert(Turn, turns, need_ids=True, ids=ids[0] if postgres else None)
     steps: list[dict[str, Any]] = []
     base = 0
     for run, proj in items:
@@ -51,7 +63,10 @@ def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
             step["turn_id"] = turn_ids[base + t_index]
             steps.append(step)
         base += len(proj.turns)
-    step_ids = fast_insert(Step, steps, need_ids=True, ids=ids[1] if ids else None)
+    if small:
+        step_ids = ids[1]
+    else:
+        step_ids = fast_insert(Step, steps, need_ids=True, ids=ids[1] if postgres else None)
     decisions: list[dict[str, Any]] = []
     primitives: list[dict[str, Any]] = []
     pins: list[dict[str, Any]] = []
@@ -69,9 +84,66 @@ def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
             pin["run_id"] = run.pk
             pins.append(pin)
         base += len(proj.steps)
+    if small:
+        _insert_small(
+            [(Turn, turns, ids[0]), (Step, steps, ids[1]), (ContextDecision, decisions, None),
+             (PrimitiveEvent, primitives, None), (Pin, pins, None)]
+        )  # fmt: skip
+        return
     fast_insert(ContextDecision, decisions)
     fast_insert(PrimitiveEvent, primitives)
     fast_insert(Pin, pins)
+
+
+#: Rows (all tables together) up to which a batch's projection rows are written by one INSERT
+#: statement instead of a COPY per table. A COPY costs two round trips (start, then data and end) and
+#: its own statement; a live stream's batch of 20 events makes ~15 rows in 4 tables: 8 round trips
+#: became 1 (bench/ingest.py --stream). Larger batches keep COPY, which is cheaper per row.
+SMALL_BATCH_ROWS = 200
+
+
+def _insert_small(tables: list[tuple[type[models.Model], list[dict[str, Any]], list[int] | None]]) -> None:
+    """PostgreSQL: insert the rows of several tables with ONE statement: each table's rows go as one
+    JSON text parameter, expanded by `json_populate_recordset` (data-modifying CTEs; the foreign keys
+    are deferred to the commit, so a step and its turn may go together). `ids`, when given, are the
+    rows' primary keys (from `_allocate_ids`). One JSON text per table costs less CPU than a
+    parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips."""
+    parts: list[str] = []
+    params: list[str] = []
+    qn = connection.ops.quote_name
+    for model, rows, ids in tables:
+        if not rows:
+            continue
+        _fit_ints(model, rows)
+        attnames, columns, _ = _columns(model)
+        if ids is not None:
+            for row, pk in zip(rows, ids, strict=True):
+                row["id"] = pk
+            attnames, columns = ("id", *attnames), (model._meta.pk.column, *columns)
+        if attnames != columns:
+            rows = [{c: row[a] for a, c in zip(attnames, columns, strict=True)} for row in rows]
+        table = qn(model._meta.db_table)
+        cols = ", ".join(qn(c) for c in columns)
+        parts.append(
+            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM json_populate_recordset(NULL::{table}, %s)"
+        )
+        params.append(_json_rows(rows))
+    if not parts:
+        return
+    sql = parts[-1]
+    if len(parts) > 1:
+        sql = "WITH " + ", ".join(f"i{k} AS ({p})" for k, p in enumerate(parts[:-1])) + " " + parts[-1]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
 
 
 def _update_runs(runs: list[Run]) -> None:
@@ -234,6 +306,10 @@ def _insert_events(rows: list[tuple[Any, ...]]) -> None:
         )
         return
     columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
+    if len(rows) <= SMALL_BATCH_ROWS // 4:
+        # A live stream's batch: one INSERT (one round trip) instead of COPY's two.
+        _insert_small([(Event, [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows], None)])
+        return
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
         cp.write(_event_copy_text(rows))
 

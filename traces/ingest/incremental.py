@@ -71,20 +71,26 @@ def _touched_turns(
     rid = run.run_id
     events = Event.objects.filter(project=project, run_id=rid)
     dirty: set[tuple[str, int]] = {(ev.source_agent or "", local_turn(ev)) for ev in new}  # type: ignore[misc]
-    new_turn_ids = [ev.step_id for ev in new if ev.event_type == "turn"]
-    if new_turn_ids:
-        # A stored event naming a new turn event as parent: its turn may change (its step's id).
-        for agent, turn in events.filter(parent_step_id__in=new_turn_ids).values_list("agent", "turn"):
+    new_turn_ids = {ev.step_id for ev in new if ev.event_type == "turn"}
+    # The touched turns' events: the batch's from memory, the others parsed from their rows. One
+    # query reads the batch's turns and the stored events naming a new turn event as parent (their
+    # turn may change: its step's id); a second one only when those are in other turns.
+    turns = sorted({t for _, t in dirty})
+    stored = _touched_rows(project, rid, turns, sorted(new_turn_ids))
+    for _sid, parent, agent, turn, _raw in stored:
+        if parent in new_turn_ids:
             if turn is None:
                 return None
             dirty.add((agent, turn))
-    # The touched turns' events: the batch's from memory, the others parsed from their rows.
+    more = sorted({t for _, t in dirty} - set(turns))
+    if more:
+        stored += _touched_rows(project, rid, more, [])
     new_ids = {ev.step_id for ev in new}
     loaded = list(new)
-    for sid, agent, turn, raw in events.filter(turn__in=sorted({t for _, t in dirty})).values_list(
-        "step_id", "agent", "turn", "raw"
-    ):
-        if (agent, turn) in dirty and sid not in new_ids:
+    seen: set[str] = set()
+    for sid, _parent, agent, turn, raw in stored:
+        if (agent, turn) in dirty and sid not in new_ids and sid not in seen:
+            seen.add(sid)
             loaded.append(_parse_stored(raw))
     have = {ev.step_id for ev in loaded}
     parents = {
@@ -176,6 +182,27 @@ def _update_counters(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     run.updated_at = timezone.now()
     _update_runs([run])
     return True
+
+
+def _touched_rows(
+    project: Project, run_id: str, turns: list[int], parents: list[str]
+) -> list[tuple[str, str | None, str, int | None, str]]:
+    """(step_id, parent_step_id, agent, turn, raw) of the run's stored events in `turns` or whose parent
+    is one of `parents`: one query, in SQL (building it with the ORM cost a live batch more than
+    running it)."""
+    qn = connection.ops.quote_name
+    where = [f"{qn('turn')} IN ({', '.join(['%s'] * len(turns))})"] if turns else []
+    if parents:
+        where.append(f"parent_step_id IN ({', '.join(['%s'] * len(parents))})")
+    if not where:
+        return []
+    sql = (
+        f"SELECT step_id, parent_step_id, agent, {qn('turn')}, raw FROM {qn(Event._meta.db_table)} "
+        f"WHERE project_id = %s AND run_id = %s AND ({' OR '.join(where)})"
+    )  # noqa: S608  (names are ours; values are parameters)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project.pk, run_id, *turns, *parents])
+        return list(cursor.fetchall())
 
 
 def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_agents: set[str]) -> None:
