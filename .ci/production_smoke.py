@@ -49,8 +49,8 @@ def base_env(data_dir: Path) -> dict[str, str]:
         DEBUG="False",
         SECRET_KEY=SECRET,
         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-        CELERY_BROKER_URL="redis://127.0.0.1:6379/5",
-        CELERY_RESULT_BACKEND="redis://127.0.0.1:6379/6",
+        CELERY_BROKER_URL="redis://127.0.0.1:6379/14",
+        CELERY_RESULT_BACKEND="redis://127.0.0.1:6379/15",
         ALLOWED_HOSTS="127.0.0.1,localhost",
         ARCANA_DATA_DIR=str(data_dir),
         ARCANA_STORAGE="database",
@@ -141,8 +141,8 @@ def main() -> None:
     psql = ["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-q", "-c"]
     subprocess.run([*psql, f"DROP DATABASE IF EXISTS {DB_NAME}"], check=True)
     subprocess.run([*psql, f"CREATE DATABASE {DB_NAME}"], check=True)
-    subprocess.run(["redis-cli", "-n", "5", "FLUSHDB"], check=True, capture_output=True)
-    subprocess.run(["redis-cli", "-n", "6", "FLUSHDB"], check=True, capture_output=True)
+    subprocess.run(["redis-cli", "-n", "14", "FLUSHDB"], check=True, capture_output=True)
+    subprocess.run(["redis-cli", "-n", "15", "FLUSHDB"], check=True, capture_output=True)
 
     machines = {name: root / name for name in ("web-a", "web-b", "worker-1", "worker-2", "beat")}
     for folder in machines.values():
