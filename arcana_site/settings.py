@@ -161,6 +161,9 @@ ARCANA_MAX_TOKENS_PER_CONVERSATION = envint(
     "ARCANA_MAX_TOKENS_PER_CONVERSATION", default=2_000_000, minimum=1
 )
 ARCANA_MAX_CONCURRENT_CONVERSATIONS = envint("ARCANA_MAX_CONCURRENT_CONVERSATIONS", default=4, minimum=1)
+# Milliseconds each answer of the offline `scripted` provider takes (0: at once). scripts/run sets 700,
+# so a new user watches the demo's pin, compression and recall arrive step by step.
+ARCANA_SCRIPTED_STEP_MS = envint("ARCANA_SCRIPTED_STEP_MS", default=0, minimum=0)
 # A worker running a turn renews its lease every third of this; the sweeper re-queues a conversation
 # whose lease expired (its worker vanished), at most ARCANA_CONVERSATION_MAX_ATTEMPTS times per unit of work.
 ARCANA_CONVERSATION_LEASE_SECONDS = envint("ARCANA_CONVERSATION_LEASE_SECONDS", default=60, minimum=2)

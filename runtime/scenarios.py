@@ -51,9 +51,12 @@ class Scenario:
     script_agents: tuple[str, ...] = ()
     closing_text: str = "That is all I have scripted for this scenario; start a new run to replay it."
 
-    def provider(self, *, name: str = "scripted") -> ScriptedProvider:
-        """A fresh `ScriptedProvider` playing this scenario (model name = the scenario's name)."""
-        return ScriptedProvider(list(self.steps), name=name, model=self.name, closing_text=self.closing_text)
+    def provider(self, *, name: str = "scripted", delay: float = 0.0) -> ScriptedProvider:
+        """A fresh `ScriptedProvider` playing this scenario (model name = the scenario's name), each
+        answer taking `delay` seconds."""
+        return ScriptedProvider(
+            list(self.steps), name=name, model=self.name, closing_text=self.closing_text, delay=delay
+        )
 
     def describe(self) -> dict[str, Any]:
         """A JSON-safe summary (for forms and the API): suggested script and settings."""

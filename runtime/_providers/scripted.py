@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
@@ -84,10 +85,16 @@ class ScriptedProvider:
         name: str = "scripted",
         model: str = "scripted-1",
         closing_text: str = DEFAULT_CLOSING_TEXT,
+        delay: float = 0.0,
     ) -> None:
         if isinstance(steps, str | bytes) or not isinstance(steps, Sequence):
             raise ConfigError("ScriptedProvider steps must be a list of strings or step dicts")
+        if not delay >= 0:
+            raise ConfigError("ScriptedProvider delay must be a number of seconds >= 0")
         self.name = name
+        # Seconds each answer takes, like a real model's latency: a server playing a demo paces it so
+        # a person can watch it unfold step by step (0: answer at once, as tests want).
+        self.delay = float(delay)
         self.model = model
         self.closing_text = closing_text
         self.steps: tuple[_ScriptStep, ...] = tuple(_parse_step(i, s) for i, s in enumerate(steps))
@@ -123,6 +130,8 @@ class ScriptedProvider:
         self.requests.append(
             {"messages": copy.deepcopy(list(messages)), "tools": copy.deepcopy(tools), "model": used_model}
         )
+        if self.delay:
+            await asyncio.sleep(self.delay)
         last_user = _last_user_text(messages)
         step = self._take_step(last_user)
         if step is None:

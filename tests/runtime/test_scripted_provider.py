@@ -181,3 +181,21 @@ def test_it_rejects_a_state_from_another_script() -> None:
 def test_it_rejects_bad_steps(steps: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ScriptedProvider(steps)
+
+
+def test_a_delay_paces_each_answer_like_a_model() -> None:
+    """`delay` (a server's demo pacing, ARCANA_SCRIPTED_STEP_MS) holds each answer that long, and
+    changes nothing else; a negative or NaN delay is refused."""
+    import time
+
+    from runtime.scenarios import get_scenario
+
+    p = get_scenario("pin-recall-demo").provider(delay=0.2)
+    assert p.delay == 0.2
+    started = time.monotonic()
+    answer = ask(p, "brief")
+    assert time.monotonic() - started >= 0.2
+    assert answer.content == ask(get_scenario("pin-recall-demo").provider(), "brief").content
+    for bad in (-1, float("nan")):
+        with pytest.raises(ConfigError):
+            ScriptedProvider(["hi"], delay=bad)

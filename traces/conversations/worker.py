@@ -156,7 +156,10 @@ def build_engine(conv: Conversation, store: StoreSink) -> _Engine:
     cfg = conv.config
     scenario = get_scenario(conv.model) if conv.provider == SCRIPTED else None
     if scenario is not None:
-        providers: dict[str, Any] = {SCRIPTED: scenario.provider()}
+        # ARCANA_SCRIPTED_STEP_MS paces the offline demo like a real model (scripts/run: a new user
+        # watches its pin, compression and recall arrive step by step instead of all at once).
+        delay = int(settings.ARCANA_SCRIPTED_STEP_MS) / 1000
+        providers: dict[str, Any] = {SCRIPTED: scenario.provider(delay=delay)}
         tools: list[Any] = list(scenario.tools)
     else:
         sp = server_providers().get(conv.provider)
