@@ -242,6 +242,9 @@ class Run(models.Model):
                 "run_id",
                 "agents",
                 "status",
+                "source",  # the status badge asks is_updating (source first: no conversation for uploads)
+                "updated_at",  # … and is_live (a running run's last activity)
+                "ended_at",
                 "errors",
                 "started_at",
                 "bundle_id",
