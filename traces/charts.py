@@ -5,10 +5,13 @@ queries; pages and the compare view call them through `traces.queries` or here."
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
+
+from django.core.cache import cache
 
 from runtime.facts import rendered_pins
 from traces.models import (
@@ -146,7 +149,33 @@ def fidelity_map(
 
     `start=None` shows the last window (where a long conversation has faded most). `scale_steps`
     sizes the columns as if the window held that many steps, so two maps drawn one above the other
-    (the compare page) share one scale."""
+    (the compare page) share one scale.
+
+    Why a cache: a window is 100 steps × their message decisions (20,000 cells to classify for a run
+    of 200-message working sets, most of the overview's server time); the map of a run that is not
+    updating cannot change, and a changed run has a new `updated_at`, hence a new key."""
+    stamp = run.updated_at.isoformat() if run.updated_at else ""
+    # The map holds links (`run.turn_url`): a shared page's are the share's own, so the address is
+    # part of the key (hashed: keys stay short and printable whatever the run id or agent).
+    parts = f"{run.pk}:{stamp}:{agent}:{start}:{window}:{scale_steps}:{run.turn_url(1)}"
+    key = f"arcana:fmap:{MAP_CACHE_VERSION}:{hashlib.sha256(parts.encode()).hexdigest()}"
+    cached = cache.get(key)
+    if isinstance(cached, FidelityMap):
+        return cached
+    fmap = _fidelity_map(run, agent, start, window, scale_steps)
+    if not run.is_updating:
+        cache.set(key, fmap, MAP_CACHE_SECONDS)
+    return fmap
+
+
+#: Bumped when `FidelityMap`'s shape changes, so cached maps of an older shape are not read.
+MAP_CACHE_VERSION = 1
+MAP_CACHE_SECONDS = 3600
+
+
+def _fidelity_map(
+    run: Run, agent: str, start: int | None, window: int, scale_steps: int | None
+) -> FidelityMap:
     total, start, window, steps = _map_window(run, agent, start, window)
     n = len(steps)
     cw = max(5.0, min(64.0, 960.0 / max(scale_steps or n, n, 1)))
@@ -405,10 +434,35 @@ class PinChart:
     peak_tokens: int
     ticks: list[tuple[float, int]]
     cap_off_scale: bool = False
+    # The lanes drawn are a window of the agent's pins (in creation order): [lane_start, + window).
+    total_pins: int = 0
+    lane_start: int = 0
+    lane_window: int = 0
 
     @property
     def empty(self) -> bool:
         return not self.lanes and not self.rejected
+
+    @property
+    def windowed(self) -> bool:
+        return self.total_pins > len(self.lanes)
+
+    @property
+    def lane_first(self) -> int:
+        return self.lane_start + 1
+
+    @property
+    def lane_last(self) -> int:
+        return self.lane_start + len(self.lanes)
+
+    @property
+    def earlier_start(self) -> int | None:
+        """1-based start of the previous window of lanes (the `pins` parameter), or None."""
+        return max(1, self.lane_start - self.lane_window + 1) if self.lane_start > 0 else None
+
+    @property
+    def later_start(self) -> int | None:
+        return self.lane_last + 1 if self.lane_last < self.total_pins else None
 
     @property
     def label_x(self) -> float:
@@ -440,9 +494,18 @@ PIN_CHART_W = 960.0
 PIN_LABEL_W = 190.0
 
 
-def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
+#: Pin lanes (and table rows) drawn at once; a long run's other pins are a window away (`start`).
+PIN_LANES_SHOWN = 40
+
+
+def pin_chart(
+    run: Run, agent: str, last_turn: int, start: int | None = None, window: int = PIN_LANES_SHOWN
+) -> PinChart:
     """Two or three queries: the agent's pins, its rejected pin calls, and (only when no rejection
-    reported the cap) the window size of its latest decision, from which the default 50 % cap follows."""
+    reported the cap) the window size of its latest decision, from which the default 50 % cap follows.
+
+    The pinned-tokens line covers every turn; lanes are drawn for `window` pins from `start` (0-based,
+    in creation order; None: the latest ones), so the page does not grow with a long run's pins."""
     pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
     rejected_events = list(
         PrimitiveEvent.objects.filter(run=run, agent=agent, primitive="pin", ok=False).order_by("timestamp")
@@ -454,11 +517,15 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
     tw = (PIN_CHART_W - x0 - 10) / last_turn
     chart_top, chart_h = 8.0, 70.0
     lanes_top = chart_top + chart_h + 26
-    lanes = [_pin_lane(p, lanes_top + i * PIN_LANE_H, last_turn, x0=x0, tw=tw) for i, p in enumerate(pins)]
+    if start is None:
+        start = max(0, len(pins) - window)
+    start = max(0, min(start, max(0, len(pins) - window)))
+    shown = pins[start : start + window]
+    lanes = [_pin_lane(p, lanes_top + i * PIN_LANE_H, last_turn, x0=x0, tw=tw) for i, p in enumerate(shown)]
     markers_y = lanes_top + len(lanes) * PIN_LANE_H
     rejected = [_rejected_marker(ev, markers_y + PIN_LANE_H / 2, x0=x0, tw=tw) for ev in rejected_events]
     # Pinned tokens in effect per turn, as a step line (rendered pins, per DESIGN.md §1).
-    per_turn = [sum(p.tokens or 0 for p in pins if p.is_active_at(t)) for t in range(1, last_turn + 1)]
+    per_turn = pinned_tokens_per_turn(pins, last_turn)
     peak = max(per_turn or [0])
     # Keep the pinned tokens readable: when the cap dwarfs them, the cap line sits at the top, marked
     # off-scale, instead of flattening the chart.
@@ -469,9 +536,16 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
         return chart_top + chart_h - (v / scale_max) * chart_h
 
     pts = [f"M{x0:.1f},{chart_top + chart_h:.1f}"]
-    for i, v in enumerate(per_turn):
-        xa, xb = x0 + i * tw, x0 + (i + 1) * tw
+    # One level per run of equal turns (the same outline as a segment per turn): the path grows with
+    # the pins' changes, not with the run's length.
+    i = 0
+    while i < len(per_turn):
+        v, j = per_turn[i], i + 1
+        while j < len(per_turn) and per_turn[j] == v:
+            j += 1
+        xa, xb = x0 + i * tw, x0 + j * tw
         pts.append(f"L{xa:.1f},{y_of(v):.1f}L{xb:.1f},{y_of(v):.1f}")
+        i = j
     pts.append(f"L{x0 + last_turn * tw:.1f},{chart_top + chart_h:.1f}Z")
     step = max(1, round(last_turn / 12))
     ticks = [(x0 + (t - 0.5) * tw, t) for t in range(1, last_turn + 1) if t == 1 or t % step == 0]
@@ -493,7 +567,34 @@ def pin_chart(run: Run, agent: str, last_turn: int) -> PinChart:
         cap_off_scale=cap_off_scale,
         peak_tokens=peak,
         ticks=ticks,
+        total_pins=len(pins),
+        lane_start=start,
+        lane_window=window,
     )
+
+
+def pinned_tokens_per_turn(pins: list[Pin], last_turn: int) -> list[int]:
+    """Tokens of the pins in effect at each turn 1 … `last_turn`: `sum(p.tokens for p active at t)`
+    with `Pin.is_active_at` (`runtime.facts.pin_active_at`), in O(turns + pins) instead of O(turns ×
+    pins). That rule makes a pin active on one span of turns: from `created_turn` to the first of
+    `unpinned_turn` and `until_turn` (inclusive), so each pin adds its tokens at the span's start and
+    takes them off after its end."""
+    delta = [0] * (last_turn + 2)
+    for p in pins:
+        if not p.tokens:
+            continue
+        ends = [t for t in (p.unpinned_turn, p.until_turn) if t is not None]
+        first, last = max(1, p.created_turn), min([last_turn, *ends])
+        if first > last:
+            continue
+        delta[first] += p.tokens
+        delta[last + 1] -= p.tokens
+    out: list[int] = []
+    level = 0
+    for t in range(1, last_turn + 1):
+        level += delta[t]
+        out.append(level)
+    return out
 
 
 def _pin_cap(

@@ -36,7 +36,8 @@ from traces.team_views import current_team_id
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
-PRIMITIVES_SHOWN = 500
+# Cognitive calls listed at once: a window (`?calls=`), so the page never lists a whole long run.
+PRIMITIVES_SHOWN = 100
 
 
 def _get_run_for_user(request: HttpRequest, project_id: int, run_id: str) -> Run:
@@ -144,15 +145,39 @@ def _map_start(request: HttpRequest) -> int | None:
         return None
 
 
-def _events_ctx(run: Run, agent: str, last_turn: int) -> dict[str, Any]:
-    """The pin lanes and the cognitive events: the run page shows them, its live fragment refreshes them."""
+def _window_start(request: HttpRequest, name: str) -> int | None:
+    """A list's window start from `?<name>=` (1-based in the URL), 0-based; None when absent or bad."""
+    try:
+        return max(0, int(request.GET[name]) - 1)
+    except (KeyError, ValueError):
+        return None
+
+
+def _list_starts(request: HttpRequest) -> tuple[int | None, int | None]:
+    """(first pin lane, first cognitive call) to show: `?pins=` and `?calls=`."""
+    return _window_start(request, "pins"), _window_start(request, "calls")
+
+
+def _events_ctx(
+    run: Run, agent: str, last_turn: int, pin_start: int | None = None, call_start: int | None = None
+) -> dict[str, Any]:
+    """The pin lanes and the cognitive events: the run page shows them, its live fragment refreshes them.
+    Both are windows of a long run (`pin_start`, `call_start`), so the page's cost does not grow with it."""
+    start = call_start or 0
     primitives = list(
-        PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[: PRIMITIVES_SHOWN + 1]
+        PrimitiveEvent.objects.filter(run=run).order_by("timestamp", "id")[
+            start : start + PRIMITIVES_SHOWN + 1
+        ]
     )
+    shown = primitives[:PRIMITIVES_SHOWN]
     return {
-        "pins": charts.pin_chart(run, agent, last_turn),
-        "primitives": [(ev, queries.primitive_summary(ev)) for ev in primitives[:PRIMITIVES_SHOWN]],
-        "primitives_cut": len(primitives) > PRIMITIVES_SHOWN,
+        "pins": charts.pin_chart(run, agent, last_turn, start=pin_start),
+        "primitives": [(ev, queries.primitive_summary(ev)) for ev in shown],
+        "primitives_cut": len(primitives) > PRIMITIVES_SHOWN or start > 0,
+        "calls_first": start + 1,
+        "calls_last": start + len(shown),
+        "calls_earlier": max(1, start - PRIMITIVES_SHOWN + 1) if start > 0 else None,
+        "calls_later": start + PRIMITIVES_SHOWN + 1 if len(primitives) > PRIMITIVES_SHOWN else None,
     }
 
 
@@ -162,7 +187,7 @@ def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
     ctx.update(
         {
             "fmap": charts.fidelity_map(run, agent, start=_map_start(request)),
-            **_events_ctx(run, agent, ctx["turn_page"].paginator.count),
+            **_events_ctx(run, agent, ctx["turn_page"].paginator.count, *_list_starts(request)),
             **notes.run_notes_ctx(run),
         }
     )
@@ -174,7 +199,9 @@ def live_run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
     `static/js/run.js` moves to their places on the page) the pin lanes and the cognitive events. The
     fidelity map is not refreshed: it costs the most to draw and has a window of its own."""
     ctx = _timeline_ctx(request, run, agent, last_page=True)
-    ctx.update(_events_ctx(run, agent, ctx["turn_page"].paginator.count), live_parts=True)
+    ctx.update(
+        _events_ctx(run, agent, ctx["turn_page"].paginator.count, *_list_starts(request)), live_parts=True
+    )
     return ctx
 
 
