@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import TraceReader
 from runtime._cli import main
@@ -203,3 +205,52 @@ def test_the_cli_keeps_hostile_text_inert(
         assert code == 0
         for raw in ("\x1b", "\x07", "\u202e"):
             assert raw not in out
+
+
+# --------------------------------------------------------------------------------------------------
+# Properties
+
+
+steps_st = st.lists(
+    st.tuples(
+        st.dictionaries(st.integers(-3, 40), st.tuples(st.integers(0, 5), st.none() | st.text(max_size=5), st.none() | st.integers(0, 99)), max_size=12),
+        st.sets(st.sampled_from(["c:aa", "c:bb", "l:x"]), max_size=2),
+    ),
+    min_size=1,
+    max_size=4,
+)  # fmt: skip
+runs_st = st.lists(steps_st, min_size=0, max_size=5)
+
+
+def _run(
+    name: str, turns: list[list[tuple[dict[int, tuple[int, str | None, int | None]], set[str]]]]
+) -> RunData:
+    out = RunData(run_id=name)
+    for n, steps in enumerate(turns, start=1):
+        t = TurnData(number=n)
+        for k, (messages, pins) in enumerate(steps, start=1):
+            t.steps.append(StepData.from_messages(n, k, messages, pins={p: f"p_{p}" for p in pins}))
+        out.turns.append(t)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs_st, runs_st)
+def test_any_two_runs_compare_without_error_and_a_run_equals_itself(a: list, b: list) -> None:  # type: ignore[type-arg]
+    ra, rb = _run("a", a), _run("b", b)
+    same = compare(ra, _run("a2", a))
+    assert same.divergence is None and all(p.same_working_sets for p in same.pairs)
+    c = compare(ra, rb)
+    json.dumps(c.to_dict())  # JSON all the way down
+    differing = [p for p in c.pairs if p.same_working_sets is False]
+    assert (c.divergence is None) == (not differing)
+    if c.divergence is not None:
+        assert c.divergence.pair == differing[0].index
+        diff = c.working_set_diff(c.divergence.pair)
+        # The divergent step shows a difference: a message at another level, or a pin only one had.
+        step = next(s for s in diff.steps if s.step == c.divergence.step)
+        assert not step.same
+    for p in c.pairs:
+        for s in c.working_set_diff(p).steps:
+            for m in s.messages:
+                assert m.a_level != m.b_level and m.higher in ("a", "b")
