@@ -255,6 +255,10 @@ def compare_live(request: HttpRequest) -> HttpResponse:
     tag = _live_tag(a, b)
     if unchanged := live.not_modified(request, tag):
         return unchanged
+    if not (a.waiting or b.waiting) and a.run is not None and b.run is not None:
+        # Both complete: the page reloads next; read both runs now, so it finds them cached.
+        cmp.run_data(a.run, request.GET.get("agent_a"))
+        cmp.run_data(b.run, request.GET.get("agent_b"))
     ctx = {"side_a": a, "side_b": b}
     return live.tagged(render(request, "traces/_compare_progress.html", ctx), tag)
 
