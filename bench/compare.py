@@ -132,6 +132,8 @@ def main() -> None:
         ("compare page, ?turn=10 (warm)", *median_ms(lambda: get(page + "&turn=10"), args.repeat)),
         ("GET /api/v1/compare (warm)", *median_ms(lambda: get(api, **refs), args.repeat)),
         ("compare page (cold cache)", *median_ms(cold(lambda: get(page)), max(3, args.repeat // 2))),
+        # The reference, timed in the same conditions: the run page of A (bench/pages.py measures it too).
+        ("run overview of A (reference)", *median_ms(lambda: get(a.get_absolute_url()), args.repeat)),
     ]
 
     devnull = open(os.devnull, "w")  # noqa: SIM115  (the CLI prints; only its time matters here)
@@ -155,6 +157,10 @@ def main() -> None:
     print(f"  {'arcana trace diff (files)':30s} {cli_ms:8.1f} ms   (parses both JSONL files each time)")
     print(f"\n{divergence}")
     ms, size, cold_ms = rows[0][1], len(rows[0][2]), rows[3][1]
+    ref = rows[4][1]
+    print(
+        f"compare page / run overview of one run, same conditions: {ms / ref:.2f}x warm, {cold_ms / ref:.2f}x cold"
+    )
     print(f"goals: page < 300 ms: {'met' if ms < 300 else 'MISSED'} ({ms:.0f} ms warm, {cold_ms:.0f} ms cold); "
           f"page < 1 MB: {'met' if size < 1024 * 1024 else 'MISSED'} ({size / 1024:.0f} KB)")  # fmt: skip
 
