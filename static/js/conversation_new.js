@@ -24,12 +24,40 @@
     });
   }
 
+  function scenarioOf(value) {
+    var cut = (value || "").indexOf("/");
+    return value && value.slice(0, cut) === "scripted" ? scenarios[value.slice(cut + 1)] || null : null;
+  }
+
+  function scriptLines(s) {
+    return (s.script || []).map(function (text, k) {
+      var who = s.script_agents && s.script_agents[k];
+      return who ? who + ": " + text : text;
+    }).join("\n");
+  }
+
+  // The scenario whose settings the form holds (the server prefills the preselected demo).
+  var filled = scenarioOf(model.value);
+
+  // Leaving the demo for a configured model: the demo's own settings (its 2,400-token window, its
+  // system prompt and script, its pool) would make a real model's run look broken, so those the user
+  // left as filled in are cleared; anything they typed stays.
+  function clearScenario(s) {
+    if (String(windowField.value) === String(s.context_window || "")) windowField.value = "";
+    if (system.value === (s.system || "")) system.value = "";
+    if (script.value === scriptLines(s)) script.value = "";
+    if ((s.agents || []).length && pool.checked) pool.checked = false;
+    sync();
+  }
+
   function fillScenario() {
-    var value = model.value || "";
-    var cut = value.indexOf("/");
-    if (value.slice(0, cut) !== "scripted") return;
-    var s = scenarios[value.slice(cut + 1)];
-    if (!s) return;
+    var s = scenarioOf(model.value);
+    if (!s) {
+      if (filled) clearScenario(filled);
+      filled = null;
+      return;
+    }
+    filled = s;
     system.value = s.system || "";
     windowField.value = s.context_window || "";
     setPrimitives(s.cognitive_primitives || []);
@@ -43,11 +71,7 @@
       form.elements.namedItem("agent" + i + "-system").value = a.system || "";
       form.elements.namedItem("agent" + i + "-primitives_mode").value = "inherit";
     }
-    var lines = (s.script || []).map(function (text, k) {
-      var who = s.script_agents && s.script_agents[k];
-      return who ? who + ": " + text : text;
-    });
-    script.value = lines.join("\n");
+    script.value = scriptLines(s);
     sync();
   }
 

@@ -153,3 +153,23 @@ def test_a_live_run_page_shows_new_pins_and_primitives_without_a_reload(
     ingest_events(project, [pin], source="api")
     page.locator("#turn-pins .pin-item", has_text="deadline").wait_for(timeout=10_000)
     assert page.evaluate("window.__marker") == 2 and page.locator("[data-part]").count() == 0
+
+
+def test_leaving_the_demo_for_a_configured_model_clears_the_demos_settings(
+    browser: Any, live_server: Any, project: Project, alice: Any, settings: Any
+) -> None:
+    """The demo's 2,400-token window, system prompt and script suit the scripted scenario only: picking
+    a real model clears what the user left as the demo filled it in, and keeps what they typed."""
+    settings.ARCANA_PROVIDERS = '{"local": {"base_url": "http://127.0.0.1:9/v1", "models": ["qwen-7b"]}}'
+    page = login(browser, live_server, "alice")
+    page.goto(live_server.url + "/conversations/new")
+    assert page.locator("input[name=context_window]").input_value() == "2400"
+    assert page.locator("textarea[name=script]").input_value().startswith("Here is the brief")
+    page.fill("textarea[name=system]", "You are my own assistant.")
+    page.select_option("select[name=model]", "local/qwen-7b")
+    assert page.locator("input[name=context_window]").input_value() == ""
+    assert page.locator("textarea[name=script]").input_value() == ""
+    assert page.locator("textarea[name=system]").input_value() == "You are my own assistant."
+    page.select_option("select[name=model]", "scripted/pin-recall-demo")  # back: the demo fills in again
+    assert page.locator("input[name=context_window]").input_value() == "2400"
+    assert page.locator("textarea[name=script]").input_value().startswith("Here is the brief")
