@@ -12,7 +12,7 @@ from .._primitives import PrimitiveOutcome
 from .._provider_types import Provider, ProviderResponse, Usage
 from .._tokens import CalibratedCounter, TokenCounter
 from .._tools import Tool, ToolOutcome
-from .._trace_writer import TraceWriter, digest
+from .._trace_writer import TraceWriter, digest, request_digest
 from ..errors import ProviderError
 
 
@@ -139,7 +139,7 @@ class _SessionEvents:
             parent_step_id=step_id,
             model=self._model_name(resp),
             llm_latency_ms=latency,
-            llm_request_digest=digest({"messages": messages, "tools": tools}),
+            llm_request_digest=request_digest(messages, tools),
             llm_response_digest=digest(resp.assistant_message()),
             budgets=budgets,
             metadata={
