@@ -280,6 +280,10 @@ def test_run_again_is_for_members(bob_client: Client, charlie_client: Client, al
     c = Client()
     c.force_login(viewer)
     assert c.get(url).status_code == 403
+    # …and the run page does not offer a viewer the link to that refusal.
+    page_html = c.get(runs["on"].get_absolute_url()).content.decode()
+    assert c.get(runs["on"].get_absolute_url()).status_code == 200 and url not in page_html
+    assert url in bob_client.get(runs["on"].get_absolute_url()).content.decode()
 
 
 def test_it_compares_chosen_agents_of_pools(alice_client: Client, project: Project) -> None:
