@@ -81,13 +81,25 @@ def our_position(ev: TraceEvent) -> tuple[int | None, int | None]:
     """(turn, step) of an event of our runtime, 1-based: `metadata.console_turn` / `console_step`, or in
     files written before those keys existed `metadata.turn` / `step` (which now hold arcana-agent 1.2's
     0-based iteration on `context_decision`, `prompt_snapshot` and `turn` events). (None, None) for an
-    event outside any step or not ours."""
+    event outside any step or not ours.
+
+    Kept on the event once worked out (as `timestamp_dt` is): a projection asks it of every event two
+    or three times (normalising, grouping, the stored turn column), and events are not changed once
+    made."""
+    cached = ev.__dict__.get("_our_position")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    position: tuple[int | None, int | None]
     if not ev.is_ours:
-        return None, None
-    md = ev.metadata
-    if "console_turn" in md:
-        return _int_or_none(md.get("console_turn")), _int_or_none(md.get("console_step"))
-    return _int_or_none(md.get("turn")), _int_or_none(md.get("step"))
+        position = (None, None)
+    else:
+        md = ev.metadata
+        if "console_turn" in md:
+            position = (_int_or_none(md.get("console_turn")), _int_or_none(md.get("console_step")))
+        else:
+            position = (_int_or_none(md.get("turn")), _int_or_none(md.get("step")))
+    ev.__dict__["_our_position"] = position
+    return position
 
 
 def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
