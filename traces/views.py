@@ -189,6 +189,14 @@ def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
             "fmap": charts.fidelity_map(run, agent, start=_map_start(request)),
             **_events_ctx(run, agent, ctx["turn_page"].paginator.count, *_list_starts(request)),
             **notes.run_notes_ctx(run),
+            # The live fragment shows the windows this page shows (and the agent's).
+            "live_query": urlencode(
+                {
+                    k: v
+                    for k, v in (("agent", agent), *((n, request.GET.get(n)) for n in ("pins", "calls")))
+                    if v
+                }
+            ),
         }
     )
     return ctx

@@ -33,10 +33,10 @@ def _pin_call(run_id: str, turn: int, turn_event: dict[str, Any], when: datetime
     )  # fmt: skip
 
 
-def _ingest_long_run(project: Project, turns: int) -> None:
+def _ingest_long_run(project: Project, turns: int, start: datetime | None = None) -> None:
     """`turns` turns of our runtime, each with one pin call (so `turns` pins and cognitive calls)."""
     events: list[dict[str, Any]] = []
-    start = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+    start = start or datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
     for t in range(1, turns + 1):
         when = start + timedelta(seconds=t)
         step = our_step(LONG_RUN, t, 1, decisions=[decision(0, "system"), decision(1, "user")], when=when)
@@ -104,3 +104,21 @@ def test_it_lists_a_window_of_cognitive_calls_with_links_to_the_others(
     r = alice_client.get(run_path(LONG_RUN) + "?calls=x&pins=-3")
     assert r.status_code == 200 and len(r.context["primitives"]) == 100
     assert re.search(r"Pins 1–40 of 105", r.content.decode())
+
+
+@pytest.mark.django_db
+def test_its_live_fragment_keeps_the_windows_the_page_shows(project: Project, alice_client: Client) -> None:
+    # Stamped up to now, its last answer asking for tools: a live run, whose page polls its fragment.
+    _ingest_long_run(project, 105, start=datetime.now(UTC) - timedelta(seconds=110))
+    ingest_events(project, our_step(LONG_RUN, 106, 1, decisions=[decision(0, "system")], finish="tool_calls",
+                                     when=datetime.now(UTC)), source="api")  # fmt: skip
+    assert Run.objects.get(run_id=LONG_RUN).is_live
+    html = alice_client.get(run_path(LONG_RUN) + "?pins=1&calls=101").content.decode()
+    live_url = re.search(r'data-live-url="([^"]+)"', html)
+    assert live_url is not None
+    url = live_url.group(1).replace("&amp;", "&")
+    assert "pins=1" in url and "calls=101" in url
+    r = alice_client.get(url)
+    assert r.status_code == 200
+    assert [lane.pin.pin_id for lane in r.context["pins"].lanes][0] == "p_00000001"
+    assert [ev.turn_number for ev, _ in r.context["primitives"]] == [101, 102, 103, 104, 105]
