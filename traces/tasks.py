@@ -51,7 +51,13 @@ def run_demo_conversation(project_id: int) -> dict[str, Any]:
     return run(project)
 
 
-@shared_task(name="traces.tasks.run_conversation", acks_late=True, reject_on_worker_lost=True)
+# ignore_result: the outcome is on the conversation row. With a Redis result backend, a task sent
+# without it subscribes the sender to its result channel, and the AsyncResult dropped afterwards
+# unsubscribes from its __del__ — which the garbage collector may run in the middle of another
+# command on the same connection, deadlocking that thread (seen in the test harness's pings).
+@shared_task(
+    name="traces.tasks.run_conversation", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
 def run_conversation(conversation_id: int) -> dict[str, Any]:
     """Run a conversation's pending turns (a whole script, or one playground turn) on the `agents`
     queue. Safe to deliver twice: the row is claimed with a conditional update under a lease
@@ -61,7 +67,7 @@ def run_conversation(conversation_id: int) -> dict[str, Any]:
     return run_pending_turns(conversation_id)
 
 
-@shared_task(name="traces.tasks.sweep_conversations")
+@shared_task(name="traces.tasks.sweep_conversations", ignore_result=True)
 def sweep_conversations() -> dict[str, int]:
     """Periodic (Celery beat): re-queue conversations whose worker vanished, fail the hopeless ones."""
     from traces.conversations import sweep_conversations as sweep

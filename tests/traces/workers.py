@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -104,7 +105,7 @@ def worker(
     try:
         result = app.send_task("traces.tasks.ping", args=["ready"], queue=private)
         deadline = time.monotonic() + timeout
-        while not result.ready():
+        while not settle_when_ready(result):
             if proc.poll() is not None:
                 raise RuntimeError(f"worker exited with {proc.returncode}:\n{w.log_text()[-3000:]}")
             if time.monotonic() > deadline:
@@ -115,6 +116,21 @@ def worker(
         yield w
     finally:
         w.stop()
+
+
+def settle_when_ready(result: Any) -> bool:
+    """Whether the task of `result` (an AsyncResult) has finished, read with a plain GET of its key;
+    once it has, its Redis subscription is dropped here and its `__del__` disarmed.
+
+    Why: with the Redis result backend an AsyncResult subscribes to its channel and unsubscribes from
+    `__del__`, which the garbage collector may run in the middle of another Redis command of the same
+    thread, deadlocking it on the connection's lock (it hung a full PostgreSQL + Redis run: a worker's
+    ping in the playground test waited forever). Our own tasks that nobody waits for set ignore_result."""
+    if app.backend.get_task_meta(result.id).get("status") not in ("SUCCESS", "FAILURE"):
+        return False
+    app.backend.remove_pending_result(result)
+    result.backend = None  # AsyncResult.__del__ does nothing without a backend
+    return True
 
 
 def wait_for(
