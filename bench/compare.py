@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -53,16 +51,6 @@ def write_b(a: Path, b: Path, steps: int) -> None:
             out.write(json.dumps(ev) + "\n")
 
 
-def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    fn()  # warm caches (templates, connections) once
-    times, result = [], None
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -70,17 +58,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="arcana-bench-compare-"))
-    os.environ.setdefault("ARCANA_DATA_DIR", str(tmp))
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.settings")
-    import django
-
-    django.setup()
+    tmp = pages.django_in_scratch_folder("arcana-bench-compare-")
     from django.conf import settings
     from django.contrib.auth.models import User
     from django.core.cache import cache
-    from django.core.management import call_command
     from django.test import Client
 
     from runtime._cli import main as arcana
@@ -88,8 +69,6 @@ def main() -> None:
     from traces.ingest import ingest_jsonl
     from traces.models import Membership, Project, Run, Team
 
-    settings.ALLOWED_HOSTS = ["testserver"]
-    call_command("migrate", verbosity=0)
     a_file, b_file = tmp / f"{pages.RUN_ID}.jsonl", tmp / f"{RUN_B}.jsonl"
     turns = pages.write_trace(a_file, args.steps, args.decisions)
     write_b(a_file, b_file, args.steps)
@@ -128,12 +107,12 @@ def main() -> None:
         return call
 
     rows = [
-        ("compare page (warm)", *median_ms(lambda: get(page), args.repeat)),
-        ("compare page, ?turn=10 (warm)", *median_ms(lambda: get(page + "&turn=10"), args.repeat)),
-        ("GET /api/v1/compare (warm)", *median_ms(lambda: get(api, **refs), args.repeat)),
-        ("compare page (cold cache)", *median_ms(cold(lambda: get(page)), max(3, args.repeat // 2))),
+        ("compare page (warm)", *pages.median_ms(lambda: get(page), args.repeat)),
+        ("compare page, ?turn=10 (warm)", *pages.median_ms(lambda: get(page + "&turn=10"), args.repeat)),
+        ("GET /api/v1/compare (warm)", *pages.median_ms(lambda: get(api, **refs), args.repeat)),
+        ("compare page (cold cache)", *pages.median_ms(cold(lambda: get(page)), max(3, args.repeat // 2))),
         # The reference, timed in the same conditions: the run page of A (bench/pages.py measures it too).
-        ("run overview of A (reference)", *median_ms(lambda: get(a.get_absolute_url()), args.repeat)),
+        ("run overview of A (reference)", *pages.median_ms(lambda: get(a.get_absolute_url()), args.repeat)),
     ]
 
     devnull = open(os.devnull, "w")  # noqa: SIM115  (the CLI prints; only its time matters here)
@@ -145,7 +124,7 @@ def main() -> None:
         finally:
             sys.stdout = saved
 
-    cli_ms, _ = median_ms(cli, max(1, args.repeat // 5))
+    cli_ms, _ = pages.median_ms(cli, max(1, args.repeat // 5))
     body = rows[0][2].decode()
     marker = "First divergence: turn "
     divergence = (

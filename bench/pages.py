@@ -211,6 +211,24 @@ def arcana_cli_turn(path: Path, turn: int) -> str:
     return "<table>" + "".join(out) + "</table>"
 
 
+def django_in_scratch_folder(prefix: str) -> Path:
+    """A fresh data folder (SQLite, the embedded broker), Django set up and migrated in it, and the
+    test client's host allowed. Returns the folder."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ.setdefault("ARCANA_DATA_DIR", str(tmp))
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    call_command("migrate", verbosity=0)
+    return tmp
+
+
 def median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     fn()  # warm caches (templates, connections) once
     times, result = [], None
@@ -228,23 +246,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="arcana-bench-"))
-    os.environ.setdefault("ARCANA_DATA_DIR", str(tmp))
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.settings")
-    import django
-
-    django.setup()
+    tmp = django_in_scratch_folder("arcana-bench-")
     from django.conf import settings
     from django.contrib.auth.models import User
-    from django.core.management import call_command
     from django.test import Client
 
     from traces.ingest import ingest_jsonl
     from traces.models import ContextDecision, Membership, Project, Run, Team
 
-    settings.ALLOWED_HOSTS = ["testserver"]
-    call_command("migrate", verbosity=0)
     trace = tmp / f"{RUN_ID}.jsonl"
     started = time.perf_counter()
     turns = write_trace(trace, args.steps, args.decisions)

@@ -11,16 +11,14 @@ and prints the median server time (Django test client, template rendering includ
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.pages import RUN_ID, median_ms, write_trace  # noqa: E402
+from bench.pages import RUN_ID, django_in_scratch_folder, median_ms, write_trace  # noqa: E402
 
 
 def main() -> None:
@@ -30,24 +28,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="arcana-bench-share-"))
-    os.environ.setdefault("ARCANA_DATA_DIR", str(tmp))
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.settings")
-    import django
-
-    django.setup()
-    from django.conf import settings
+    tmp = django_in_scratch_folder("arcana-bench-share-")
     from django.contrib.auth.models import User
-    from django.core.management import call_command
     from django.test import Client
 
     from traces import sharing
     from traces.ingest import ingest_jsonl
     from traces.models import Membership, Project, Run, Team
 
-    settings.ALLOWED_HOSTS = ["testserver"]
-    call_command("migrate", verbosity=0)
     trace = tmp / f"{RUN_ID}.jsonl"
     turns = write_trace(trace, args.steps, args.decisions)
     user = User.objects.create_user("bench", password="bench-password")
