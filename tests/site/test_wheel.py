@@ -26,9 +26,10 @@ def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
+def _venv_with_the_wheel(work: Path, extras: str = "") -> Path:
+    """Build the wheel of this checkout into `work`, install it (with `extras`, e.g. "[server]") into a
+    fresh venv there, and return the venv. Its dependencies come from PyPI: skipped when PyPI cannot be
+    reached, unless the run requires every service."""
     built = _run(
         [
             sys.executable,
@@ -55,7 +56,7 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            str(wheel),
+            f"{wheel}{extras}",
         ]
     )
     if installed.returncode != 0:
@@ -64,6 +65,11 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return env_dir
+
+
+@pytest.fixture(scope="module")
+def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv_with_the_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_it_installs_the_runtime_without_django(runtime_venv: Path) -> None:
@@ -110,30 +116,7 @@ def test_it_streams_a_conversation_into_a_live_server_and_reads_it_back(
 
 
 def test_it_installs_a_working_server_with_the_server_extra(tmp_path: Path) -> None:
-    built = _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ]
-    )
-    assert built.returncode == 0, built.stderr[-2000:]
-    (wheel,) = tmp_path.glob("arcana_console-*.whl")
-    env_dir = tmp_path / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-    installed = _run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{wheel}[server]"])
-    if installed.returncode != 0:
-        message = f"could not install the server's dependencies from PyPI: {installed.stderr[-800:]}"
-        if os.environ.get("ARCANA_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    env_dir = _venv_with_the_wheel(tmp_path, "[server]")
     # Outside the checkout: settings find the pages and static files the wheel installed under the prefix.
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
     env.update(
