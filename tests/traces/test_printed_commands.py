@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -35,7 +36,11 @@ def _embedded_env(data_dir: Path) -> dict[str, str]:
 
 
 def _run_in_a_terminal(command: str, env: dict[str, str], answers: list[str], timeout: float = 120) -> str:
-    """Run `command` with a pseudo-terminal (changepassword reads the password from the tty)."""
+    """Run `command` with a pseudo-terminal (changepassword reads the password from the tty).
+
+    An answer is typed once a prompt (output ending in ':') has been quiet for 0.3 s: getpass turns
+    echo off with TCSAFLUSH, which throws away anything typed before it, so typing at once can lose
+    the answer on a busy machine. A prompt still showing 2 s after its answer gets the answer again."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: its controlling terminal is the pty
         os.chdir(ROOT)
@@ -43,8 +48,10 @@ def _run_in_a_terminal(command: str, env: dict[str, str], answers: list[str], ti
     output = b""
     deadline = time.monotonic() + timeout
     pending = list(answers)
+    last_output = time.monotonic()
+    answered_at: float | None = None
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.5)
+        ready, _, _ = select.select([fd], [], [], 0.1)
         if ready:
             try:
                 chunk = os.read(fd, 4096)
@@ -53,8 +60,19 @@ def _run_in_a_terminal(command: str, env: dict[str, str], answers: list[str], ti
             if not chunk:
                 break
             output += chunk
-            if pending and output.rstrip().endswith(b":"):
-                os.write(fd, pending.pop(0).encode() + b"\n")
+            last_output = time.monotonic()
+            answered_at = None
+            continue
+        waiting = output.rstrip().endswith(b":")
+        quiet = time.monotonic() - last_output
+        if waiting and pending and answered_at is None and quiet > 0.3:
+            os.write(fd, pending.pop(0).encode() + b"\n")
+            answered_at = time.monotonic()
+        elif waiting and answered_at is not None and time.monotonic() - answered_at > 2:
+            os.write(fd, answers[len(answers) - len(pending) - 1].encode() + b"\n")  # the same answer again
+            answered_at = time.monotonic()
+    else:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     text = output.decode("utf-8", "replace")
     assert os.waitstatus_to_exitcode(status) == 0, text
