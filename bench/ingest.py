@@ -433,6 +433,9 @@ def main() -> None:
         "--stream", type=int, default=4000, help="events of the one long run posted in batches of 20"
     )
     ap.add_argument("--storage-compare", action="store_true")
+    ap.add_argument(
+        "--only", choices=["stream"], help="run only this part (stream: skip the mixes and the latency)"
+    )
     args = ap.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
     ensure_database(url)
@@ -445,6 +448,11 @@ def main() -> None:
         print(
             f"PostgreSQL {url.rsplit('/', 1)[1]}, gunicorn {args.workers} workers, {args.clients} clients, batches of 500"
         )
+        if args.only == "stream":
+            rates = stream(base, ids["key-stream"], rng, args.stream, 20)  # type: ignore[arg-type]
+            print(f"\none run of {args.stream:,} events streamed in batches of 20, events/s per 1,000 events: "
+                  + ", ".join(f"{r:,.0f}" for r in rates))  # fmt: skip
+            return
         # Mix (a): runs of 400 events, concatenated, so batch edges fall inside runs.
         events: list[dict[str, Any]] = []
         while len(events) < args.events:
