@@ -229,13 +229,7 @@ def _primitives(run: Run, agent: str, turns: dict[int, TurnData], data: RunData)
         owner = turns.get(turn_number) if turn_number is not None else None
         if owner is not None:
             owner.primitives.append(o.line)
-        if o.primitive == "pin" and not o.ok:
-            data.pins_rejected += 1
-        elif o.primitive == "recall":
-            if o.ok:
-                data.recalls_found += 1
-            else:
-                data.recalls_not_found += 1
+        data.count_primitive(o)
 
 
 _LEVEL_CHAR: dict[tuple[Any, Any], str] = {}

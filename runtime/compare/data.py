@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..facts import PrimitiveOutcome
+
 #: Fidelity levels from the most faithful to the least; a message's level is an index into this.
 LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3", "summarized", "dropped")
 
@@ -195,6 +197,16 @@ class RunData:
     @property
     def steps(self) -> int:
         return sum(len(t.steps) for t in self.turns)
+
+    def count_primitive(self, outcome: PrimitiveOutcome) -> None:
+        """Count a primitive call into the run's totals: a rejected pin, a recall found or not."""
+        if outcome.primitive == "pin" and not outcome.ok:
+            self.pins_rejected += 1
+        elif outcome.primitive == "recall":
+            if outcome.ok:
+                self.recalls_found += 1
+            else:
+                self.recalls_not_found += 1
 
     @property
     def final_answer(self) -> str | None:

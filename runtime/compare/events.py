@@ -94,13 +94,7 @@ def run_data_from_events(run_id: str, events: Iterable[TraceEvent], agent: str |
                 emd = ev.metadata
                 o = primitive_outcome(emd.get("primitive"), emd.get("args"), emd.get("result"))
                 td.primitives.append(o.line)
-                if o.primitive == "pin" and not o.ok:
-                    data.pins_rejected += 1
-                elif o.primitive == "recall":
-                    if o.ok:
-                        data.recalls_found += 1
-                    else:
-                        data.recalls_not_found += 1
+                data.count_primitive(o)
             td.steps.append(_step_from_view(sv, lifetimes, key_of))
             util = td.steps[-1].utilization
             if util is not None and (td.peak_utilization is None or util > td.peak_utilization):

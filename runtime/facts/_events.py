@@ -8,12 +8,14 @@ Numbering (DESIGN.md §1): turns and steps are 1-based. Our runtime writes `meta
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._trace import PRODUCER, TraceEvent
 from ._values import as_int
+
+T = TypeVar("T")
 
 #: The producer name given to events without `metadata.producer` (arcana-agent 1.2).
 ARCANA_PRODUCER = "arcana-1.2"
@@ -63,6 +65,15 @@ class StepView:
     errors: list[TraceEvent] = field(default_factory=list)
     other: list[TraceEvent] = field(default_factory=list)
     events: list[NormalizedEvent] = field(default_factory=list)
+
+    def remembered(self, name: str, compute: Callable[[StepView], list[T]]) -> list[T]:
+        """`compute(self)` worked out once and kept on the view while its events stay the same (a step
+        row, its errors, its turn's and its run's outcome all ask); a fresh list is returned."""
+        memo = self.__dict__.get(name)
+        if memo is None or memo[0] != len(self.events):
+            memo = (len(self.events), compute(self))
+            self.__dict__[name] = memo
+        return list(memo[1])
 
 
 @dataclass

@@ -72,12 +72,7 @@ def step_errors(sv: StepView) -> list[StepError]:
 
     Kept on the view while its events stay the same, like `tool_results` (the step row, its turn's
     outcome and its run's outcome each ask for it)."""
-    memo = sv.__dict__.get("_step_errors")
-    if memo is not None and memo[0] == len(sv.events):
-        return list(memo[1])
-    errors = _step_errors(sv)
-    sv.__dict__["_step_errors"] = (len(sv.events), errors)
-    return list(errors)
+    return sv.remembered("_step_errors", _step_errors)
 
 
 def _step_errors(sv: StepView) -> list[StepError]:

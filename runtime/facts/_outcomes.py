@@ -159,12 +159,7 @@ def tool_results(sv: StepView) -> list[ToolResult]:
 
     Worked out once per step view (its step row, its errors, its turn's and its run's outcome all ask):
     the answer is kept on the view while its events stay the same (a fresh list is returned)."""
-    memo = sv.__dict__.get("_tool_results")
-    if memo is not None and memo[0] == len(sv.events):
-        return list(memo[1])
-    results = _tool_results(sv)
-    sv.__dict__["_tool_results"] = (len(sv.events), results)
-    return list(results)
+    return sv.remembered("_tool_results", _tool_results)
 
 
 def _tool_results(sv: StepView) -> list[ToolResult]:
