@@ -85,6 +85,11 @@ class Run(models.Model):
     # Bookkeeping of `traces.ingest` (not shown): True when every event of the run is one of ours with
     # a `metadata.turn`, so a batch re-projects only the turns it touches (see traces/ingest/incremental.py).
     incremental = models.BooleanField(default=False)
+    # Bookkeeping of the turn-by-turn projection (traces/ingest/incremental.py), so a batch costs what it
+    # touches: the steps per model over the run, and the key (timestamp, step_id) of its last event and
+    # of its last `turn` event with what the run's status needs of them. Valid only while its "at" equals
+    # `updated_at` (every whole-run projection moves `updated_at` on); otherwise recomputed from the rows.
+    tally = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_project_run_id_uniq")]
