@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
@@ -23,6 +22,7 @@ from traces import charts, live
 from traces import compare as cmp
 from traces import conversations as service
 from traces.models import Action, Conversation, Run, projects_for_user, user_can
+from traces.views_conversations import RunSettingsForm
 
 #: Steps of each fidelity map drawn at once on the compare page: half the run page's window, since
 #: the page draws two (`bench/compare.py`: the maps are most of the page's server time).
@@ -267,29 +267,8 @@ def compare_live(request: HttpRequest) -> HttpResponse:
 # Run again with…
 
 
-class RunAgainForm(forms.Form):
+class RunAgainForm(RunSettingsForm):
     """What "Run again with…" may change; everything else (script, agents, snapshots) is copied."""
-
-    model = forms.ChoiceField(label="Provider / model")
-    cognitive_primitives = forms.MultipleChoiceField(
-        choices=[("recall", "recall"), ("pin", "pin (and unpin)")],
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        label="Cognitive primitives",
-    )
-    context_window = forms.IntegerField(min_value=256, max_value=2_000_000, required=False)
-    pin_budget_fraction = forms.FloatField(
-        min_value=0.01, max_value=1.0, label="Pin budget (fraction of the window)"
-    )
-    system = forms.CharField(label="System prompt", widget=forms.Textarea(attrs={"rows": 3}), required=False)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        field = self.fields["model"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = [
-            (p["name"], [(f"{p['name']}/{m}", m) for m in p["models"]]) for p in service.available_providers()
-        ]
 
     @classmethod
     def initial_for(cls, conv: Conversation) -> dict[str, Any]:

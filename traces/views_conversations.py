@@ -69,25 +69,49 @@ class AgentForm(forms.Form):
         }
 
 
-class NewRunForm(forms.Form):
-    """What `POST /api/v1/conversations` takes, as a page form; `spec()` builds that request's dict,
-    and `traces.conversations.check_conversation_request` validates it (one set of rules)."""
+class RunSettingsForm(forms.Form):
+    """The settings a conversation runs with, as the "New run" and "Run again with…" pages ask them:
+    provider / model (only what the operator configured), system prompt, primitives, window, pin budget."""
 
-    project = forms.TypedChoiceField(coerce=int)
     model = forms.ChoiceField(label="Provider / model")
-    mode = forms.ChoiceField(
-        choices=[("script", "Script: run these messages unattended"), ("playground", "Playground: I type")],
-        initial="script",
-        widget=forms.RadioSelect,
-    )
     system = forms.CharField(label="System prompt", widget=forms.Textarea(attrs={"rows": 3}), required=False)
     cognitive_primitives = forms.MultipleChoiceField(
         choices=[("recall", "recall"), ("pin", "pin (and unpin)")],
         required=False,
         widget=forms.CheckboxSelectMultiple,
+        label="Cognitive primitives",
     )
-    context_window = forms.IntegerField(min_value=256, max_value=2_000_000, required=False)
-    pin_budget_fraction = forms.FloatField(min_value=0.01, max_value=1.0, initial=0.5)
+    context_window = forms.IntegerField(
+        min_value=256,
+        max_value=2_000_000,
+        required=False,
+        label="Context window (tokens)",
+        help_text="Empty: the scenario's, else 128,000.",
+    )
+    pin_budget_fraction = forms.FloatField(
+        min_value=0.01, max_value=1.0, initial=0.5, label="Pin budget (fraction of the window)"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        model_field = self.fields["model"]
+        assert isinstance(model_field, forms.ChoiceField)
+        model_field.choices = [
+            (p["name"], [(_model_value(p["name"], m), m) for m in p["models"]])
+            for p in service.available_providers()
+        ]
+
+
+class NewRunForm(RunSettingsForm):
+    """What `POST /api/v1/conversations` takes, as a page form; `spec()` builds that request's dict,
+    and `traces.conversations.check_conversation_request` validates it (one set of rules)."""
+
+    project = forms.TypedChoiceField(coerce=int)
+    mode = forms.ChoiceField(
+        choices=[("script", "Script: run these messages unattended"), ("playground", "Playground: I type")],
+        initial="script",
+        widget=forms.RadioSelect,
+    )
     prompt_snapshots = forms.BooleanField(required=False, initial=True)
     script = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 8}),
@@ -99,13 +123,9 @@ class NewRunForm(forms.Form):
 
     def __init__(self, *args: Any, projects: list[Project], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        project_field, model_field = self.fields["project"], self.fields["model"]
-        assert isinstance(project_field, forms.ChoiceField) and isinstance(model_field, forms.ChoiceField)
+        project_field = self.fields["project"]
+        assert isinstance(project_field, forms.ChoiceField)
         project_field.choices = [(p.pk, f"{p.team.name} / {p.slug}") for p in projects]
-        model_field.choices = [
-            (p["name"], [(_model_value(p["name"], m), m) for m in p["models"]])
-            for p in service.available_providers()
-        ]
 
     def clean_model(self) -> tuple[str, str]:
         provider, _, model = self.cleaned_data["model"].partition("/")
