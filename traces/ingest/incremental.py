@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import operator
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import reduce
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from runtime import TraceEvent
@@ -21,12 +23,13 @@ from runtime.facts import (
     pin_lifetimes,
     status_from_last,
 )
-from traces.ingest.bulk import _insert_projections, _update_runs
+from traces.ingest.bulk import _column_field, _fit_ints, _insert_projections
 from traces.ingest.projection import (
     _one_turn_event_per_step,
     _parse_stored,
     _pin_row,
     _project_turns,
+    _Projection,
     _sort_key,
     _top_model,
     local_turn,
@@ -59,8 +62,8 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     if touched is None:
         return False
     dirty, turn_views = touched
-    _replace_turn_rows(project, run, dirty, turn_views)
-    return _update_counters(project, run, new)
+    proj, removed = _replace_turn_rows(project, run, dirty, turn_views)
+    return _update_counters(project, run, new, proj, removed)
 
 
 def _touched_turns(
@@ -116,9 +119,9 @@ def _touched_turns(
 
 def _replace_turn_rows(
     project: Project, run: Run, dirty: set[tuple[str, int]], turn_views: list[TurnView]
-) -> None:
+) -> tuple[_Projection, _Removed]:
     """Project the touched turns and replace their rows (and the touched agents' pins when a pin may
-    have changed)."""
+    have changed). Returns the new rows and what the replaced turn and step rows held."""
     proj, _ = _project_turns(turn_views)
     by_agent: dict[str, list[int]] = {}
     for agent, turn in sorted(dirty):
@@ -133,30 +136,43 @@ def _replace_turn_rows(
     ):
         pin_agents = {a for a, _ in dirty}
         proj.pins = _project_pins(project, run, pin_agents, in_dirty, turn_views)
-    _delete_turns(run, by_agent, in_dirty, pin_agents)
+    removed = _delete_turns(run, by_agent, in_dirty, pin_agents)
     _insert_projections([(run, proj)])
+    return proj, removed
 
 
-def _update_counters(project: Project, run: Run, new: list[TraceEvent]) -> bool:
-    """The run's counters after the batch: its additions and aggregates over the turns and the last
-    events. False when a whole-run fact is at stake (the caller then projects the run whole)."""
-    new_turns = [ev for ev in new if ev.event_type == "turn"]
-    summary = _run_summary(
-        project, run, max(new, key=_sort_key), max(new_turns, key=_sort_key) if new_turns else None
-    )
+def _update_counters(
+    project: Project, run: Run, new: list[TraceEvent], proj: _Projection, removed: _Removed
+) -> bool:
+    """The run's counters after the batch. With a valid `Run.tally`, each is the stored value plus
+    what the batch added minus what the replaced rows held (no read of the rest of the run); without
+    one (the first batch after a whole-run projection), the aggregates of `_run_summary`, which then
+    start the tally. False when a whole-run fact is at stake (the caller then projects the run whole)."""
+    tally = _Tally.load(run)
+    if tally is None:
+        new_turns = [ev for ev in new if ev.event_type == "turn"]
+        summary = _run_summary(
+            project, run, max(new, key=_sort_key), max(new_turns, key=_sort_key) if new_turns else None
+        )
+        tally = _Tally.of(summary)
+        agg = summary.turns
+        totals = {k: agg[k] or 0 for k in _SUMS}
+        turns, peak = agg["turns"], agg["peak_utilization"]
+    else:
+        tally.add(new, proj, removed)
+        totals = {k: getattr(run, k) + sum(t[k] for t in proj.turns) - removed.sums[k] for k in _SUMS}
+        turns = run.turns + len(proj.turns) - removed.turns
+        peak = _peak_after(run, proj, removed)
     # The run's model: the most used over all steps (a tie is left to the whole-run projection, which
     # breaks it by step order).
-    model = _top_model(summary.models)
+    model = _top_model(tally.models)
     if model is None:
         return False  # the rows written above are replaced by the caller's whole-run projection
-    # The run's counters: the batch's additions, and aggregates over the turns and the last events.
-    agg = summary.turns
-    last, last_turn = summary.last, summary.last_turn
     by_primitive = primitive_counts(new)
     stamps = [ev.timestamp_dt for ev in new]
     run.agents = sorted(set(run.agents) | {a for ev in new if (a := ev.source_agent)})
     run.model = model[:200]
-    run.status = status_from_last(last, last_turn)
+    run.status = tally.status()
     if run.status == Run.Status.FAILED:
         return False  # the reason of a failed run is a whole-run fact (`runtime.facts.run_outcome`)
     for key, value in (("bundle_id", run.bundle_id), ("delegated_by_run_id", run.delegated_by_run_id)):
@@ -164,24 +180,149 @@ def _update_counters(project: Project, run: Run, new: list[TraceEvent]) -> bool:
             return False  # a run's links are its first event's (`runtime.facts.run_links`): whole run
     run.started_at = min([*stamps, run.started_at] if run.started_at else stamps)
     run.ended_at = max([*stamps, run.ended_at] if run.ended_at else stamps)
-    if not agg["steps"]:
+    if not totals["steps"]:
         return False  # no step at all: the whole-run projection decides the status (see `Run`)
-    run.turns = agg["turns"]
-    run.steps = agg["steps"] or 0
+    run.turns = turns
+    for name, total in totals.items():
+        setattr(run, name, total)  # `errors` too: every event of such a run belongs to a turn
     run.events += len(new)
-    run.prompt_tokens = agg["prompt_tokens"] or 0
-    run.completion_tokens = agg["completion_tokens"] or 0
-    run.tokens = agg["tokens"] or 0
-    run.tool_calls = agg["tool_calls"] or 0
-    run.errors = agg["errors"] or 0  # every event of such a run belongs to a turn
     run.primitives += sum(by_primitive.values())
     run.recall_count += by_primitive.get("recall", 0)
     run.pin_count += by_primitive.get("pin", 0)
     run.unpin_count += by_primitive.get("unpin", 0)
-    run.peak_utilization = agg["peak_utilization"]
+    run.peak_utilization = peak
     run.updated_at = timezone.now()
-    _update_runs([run])
+    run.tally = tally.dump(run.updated_at)
+    _save_run(run)
     return True
+
+
+#: The run's counters that are sums over its turn rows.
+_SUMS = ("steps", "prompt_tokens", "completion_tokens", "tokens", "tool_calls", "errors")
+
+
+def _peak_after(run: Run, proj: _Projection, removed: _Removed) -> float | None:
+    """The run's peak utilization after the touched turns were replaced: the stored peak and the new
+    rows' peaks, unless a replaced row held the stored peak and no new row reaches it (then it is read
+    from the turn rows: one query, only in that case)."""
+    added = [p for t in proj.turns if (p := t["peak_utilization"]) is not None]
+    top = max(added) if added else None
+    stored = run.peak_utilization
+    if stored is None or (top is not None and top >= stored):
+        return top if top is not None else stored
+    if stored in removed.peaks:
+        return Turn.objects.filter(run=run).aggregate(m=Max("peak_utilization"))["m"]
+    return stored
+
+
+@dataclass
+class _Removed:
+    """What the replaced turn and step rows of a batch held (to take out of the run's running totals)."""
+
+    turns: int = 0
+    sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_SUMS, 0))
+    peaks: set[float] = field(default_factory=set)
+    models: Counter[str] = field(default_factory=Counter)
+
+    def add_turn(self, values: dict[str, Any]) -> None:
+        self.turns += 1
+        for k in _SUMS:
+            self.sums[k] += values[k]
+        if values["peak_utilization"] is not None:
+            self.peaks.add(values["peak_utilization"])
+
+
+def _answer(turn_event: TraceEvent) -> str:
+    """What a `turn` event's answer says of the run's status (`status_from_last` without the last
+    event's stop reason): "failed", "completed" or "running"."""
+    return status_from_last(replace(turn_event, stop_reason=None), turn_event)
+
+
+@dataclass
+class _Tally:
+    """`Run.tally` in memory: the steps per model over the run, and the run's last event and last `turn`
+    event as their sort key (`_sort_key`) and what `status_from_last` reads of them (the last event's
+    stop reason; the last turn's answer, `_answer`)."""
+
+    models: Counter[str]
+    last: tuple[datetime, str, bool]
+    last_turn: tuple[datetime, str, str] | None
+
+    @classmethod
+    def load(cls, run: Run) -> _Tally | None:
+        """The run's stored tally; None when there is none or a whole-run projection came after it."""
+        t = run.tally
+        if not isinstance(t, dict) or datetime.fromisoformat(t["at"]) != run.updated_at:
+            return None
+        lt = t["last_turn"]
+        return cls(
+            Counter(t["models"]),
+            (datetime.fromisoformat(t["last"][0]), t["last"][1], t["last"][2]),
+            (datetime.fromisoformat(lt[0]), lt[1], lt[2]) if lt else None,
+        )
+
+    @classmethod
+    def of(cls, summary: _RunSummary) -> _Tally:
+        last, lt = summary.last, summary.last_turn
+        return cls(
+            Counter(summary.models),
+            (last.timestamp_dt, last.step_id, bool(last.stop_reason)),
+            (lt.timestamp_dt, lt.step_id, _answer(lt)) if lt is not None else None,
+        )
+
+    def add(self, new: list[TraceEvent], proj: _Projection, removed: _Removed) -> None:
+        """Take the batch in: its steps' models (less the replaced steps'), its last events."""
+        self.models.update(m for _, step in proj.steps if (m := step["model"]))
+        self.models.subtract(removed.models)
+        self.models = +self.models  # drop models no step uses any more
+        last = max(new, key=_sort_key)
+        if _sort_key(last) > self.last[:2]:
+            self.last = (last.timestamp_dt, last.step_id, bool(last.stop_reason))
+        turns = [ev for ev in new if ev.event_type == "turn"]
+        if turns:
+            lt = max(turns, key=_sort_key)
+            if self.last_turn is None or _sort_key(lt) > self.last_turn[:2]:
+                self.last_turn = (lt.timestamp_dt, lt.step_id, _answer(lt))
+
+    def status(self) -> str:
+        """`status_from_last` of the run's last event and last `turn` event."""
+        answer = self.last_turn[2] if self.last_turn is not None else Run.Status.RUNNING
+        if answer == Run.Status.FAILED:
+            return Run.Status.FAILED
+        if answer == Run.Status.COMPLETED or self.last[2]:
+            return Run.Status.COMPLETED
+        return Run.Status.RUNNING
+
+    def dump(self, at: datetime) -> dict[str, Any]:
+        """The JSON of `Run.tally`, valid while the run's `updated_at` is `at`."""
+        lt = self.last_turn
+        return {
+            "at": at.isoformat(),
+            "models": dict(self.models),
+            "last": [self.last[0].isoformat(), self.last[1], self.last[2]],
+            "last_turn": [lt[0].isoformat(), lt[1], lt[2]] if lt is not None else None,
+        }
+
+
+#: The run's columns the turn-by-turn path writes.
+_SAVED = (
+    "agents model status started_at ended_at turns steps events prompt_tokens completion_tokens tokens "
+    "tool_calls errors primitives recall_count pin_count unpin_count peak_utilization updated_at tally"
+).split()
+
+
+def _save_run(run: Run) -> None:
+    """Write the run's counters and tally: one UPDATE."""
+    fields = [_column_field(Run, name) for name in _SAVED]
+    row = {f.attname: getattr(run, f.attname) for f in fields}
+    _fit_ints(Run, [row])
+    qn = connection.ops.quote_name
+    sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {qn(Run._meta.db_table)} SET {sets} WHERE id = %s",  # noqa: S608  (names are ours)
+            [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk],
+        )
 
 
 def _touched_rows(
@@ -205,10 +346,12 @@ def _touched_rows(
         return list(cursor.fetchall())
 
 
-def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_agents: set[str]) -> None:
+def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_agents: set[str]) -> _Removed:
     """Delete the projection rows of the touched turns (`by_agent`: agent → turn numbers) and the pins of
-    `pin_agents`. PostgreSQL: one statement (data-modifying CTEs; the foreign keys are deferred to the
-    commit, so children and parents may go together). Elsewhere: one DELETE per table."""
+    `pin_agents`; returns what the deleted turn and step rows held. PostgreSQL: one statement
+    (data-modifying CTEs, the deleted values RETURNING; the foreign keys are deferred to the commit, so
+    children and parents may go together). Elsewhere: a read of those values, then a DELETE per table."""
+    removed = _Removed()
     if connection.vendor == "postgresql":
         qn = connection.ops.quote_name
         pairs = [(a, t) for a, ts in by_agent.items() for t in ts]
@@ -216,9 +359,9 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
         touched = "(agent, {col}) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
         parts: list[str] = []
         params: list[Any] = []
-        for model, col in ((ContextDecision, "turn_number"), (PrimitiveEvent, "turn_number"), (Step, "turn_number"), (Turn, "number")):  # fmt: skip
+        for model, col, back in ((ContextDecision, "turn_number", ""), (PrimitiveEvent, "turn_number", ""), (Step, "turn_number", " RETURNING model"), (Turn, "number", f" RETURNING {', '.join(_TURN_VALUES)}")):  # fmt: skip
             parts.append(
-                f"DELETE FROM {qn(model._meta.db_table)} WHERE run_id = %s AND {touched.format(col=col)}"
+                f"DELETE FROM {qn(model._meta.db_table)} WHERE run_id = %s AND {touched.format(col=col)}{back}"
             )
             params += [run.pk, agents, turns]
         if pin_agents:
@@ -226,20 +369,38 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
                 f"DELETE FROM {qn(Pin._meta.db_table)} WHERE run_id = %s AND agent = ANY(%s::text[])"
             )
             params += [run.pk, sorted(pin_agents)]
-        sql = "WITH " + ", ".join(f"d{i} AS ({p})" for i, p in enumerate(parts[:-1])) + " " + parts[-1]
+        sql = (
+            "WITH " + ", ".join(f"d{i} AS ({p})" for i, p in enumerate(parts))
+            + " SELECT (SELECT json_agg(model) FROM d2 WHERE model <> ''),"
+            + f" (SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3)"
+        )  # fmt: skip
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-        return
-    for m in (ContextDecision, PrimitiveEvent, Step):
-        qs = m.objects.filter(run=run).filter(in_dirty)
-        qs._raw_delete(qs.db)
+            models, values = (json.loads(v) if isinstance(v, str) else v for v in cursor.fetchone())
+        removed.models.update(models or [])
+        for row in values or []:
+            removed.add_turn(dict(zip(_TURN_VALUES, row, strict=True)))
+        return removed
     dirty_turns = Turn.objects.filter(run=run).filter(
         reduce(operator.or_, (Q(agent=a, number__in=ts) for a, ts in by_agent.items()))
     )
+    removed.models.update(
+        m for m in Step.objects.filter(run=run).filter(in_dirty).values_list("model", flat=True) if m
+    )
+    for values in dirty_turns.values(*_TURN_VALUES):
+        removed.add_turn(values)
+    for m in (ContextDecision, PrimitiveEvent, Step):
+        qs = m.objects.filter(run=run).filter(in_dirty)
+        qs._raw_delete(qs.db)
     dirty_turns._raw_delete(dirty_turns.db)
     if pin_agents:
         dirty_pins = Pin.objects.filter(run=run, agent__in=pin_agents)
         dirty_pins._raw_delete(dirty_pins.db)
+    return removed
+
+
+#: The values of a turn row the run's running totals need.
+_TURN_VALUES = (*_SUMS, "peak_utilization")
 
 
 @dataclass
