@@ -10,6 +10,7 @@ from arcana_site import login, views
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("accounts/login/", login.LoginView.as_view(), name="login"),  # throttled (arcana_site/login.py)
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu import Connection
@@ -68,3 +69,9 @@ def _workers_seen() -> dict[str, object]:
         "seen_within_seconds": SEEN_WITHIN_SECONDS,
         "queues": {queue: {"count": len(names), "names": names} for queue, names in queues.items()},
     }
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """`/favicon.ico`, asked by clients that do not read the page's icon link: the same mark."""
+    return HttpResponseRedirect(static("img/favicon.svg"))
