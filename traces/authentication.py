@@ -63,11 +63,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid API key.") from None
-        key = (
-            ApiKey.objects.select_related("project__team")
-            .filter(key_hash=ApiKey.hash_key(raw), revoked_at__isnull=True)
-            .first()
-        )
+        key = self.find_key(ApiKey.hash_key(raw))
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
         now = timezone.now()
@@ -75,6 +71,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
             key.last_used_at = now
         return ProjectKeyUser(key), key
+
+    def find_key(self, key_hash: str) -> ApiKey | None:
+        """The unrevoked key with this hash, with its project and team."""
+        return (
+            ApiKey.objects.select_related("project__team")
+            .filter(key_hash=key_hash, revoked_at__isnull=True)
+            .first()
+        )
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
