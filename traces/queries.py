@@ -172,6 +172,7 @@ class StepChanges:
     pins_added: list[str]
     pins_gone: list[str]
     previous_label: str
+    total_changed: int = 0  # len(changed) before the page kept only the first ones it lists
 
     @property
     def empty(self) -> bool:
@@ -279,4 +280,5 @@ def step_changes(
         pins_added=sorted(str(p) for p in pins_now - pins_before),
         pins_gone=sorted(str(p) for p in pins_before - pins_now),
         previous_label=previous_label,
+        total_changed=len(changed),
     )

@@ -13,26 +13,22 @@ from urllib.parse import urlencode
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from traces import charts, live, notes, queries, sharing
+from traces import charts, live, notes, queries, sharing, turn_page
 from traces.authentication import SignedInRequest
 from traces.models import (
     Action,
-    ContextDecision,
     Membership,
-    Pin,
     PrimitiveEvent,
     Project,
     Run,
-    Step,
     Turn,
     membership_of,
     projects_for_user,
-    unpack_message_decisions,
 )
-from traces.team_views import current_team_id
+from traces.team_views import current_team_id, memberships_of
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -277,62 +273,38 @@ def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
 
 
 def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[str, Any]:
-    turn = get_object_or_404(Turn, run=run, agent=agent, number=number)
-    steps = list(Step.objects.filter(turn=turn).select_related("decision").order_by("number"))
-    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
-    # Same rule as Run.active_pins_at (DESIGN.md §1), applied to the pins already loaded.
-    active_pins = [p for p in pins if p.is_active_at(number)]
-    primitives = list(
-        PrimitiveEvent.objects.filter(run=run, agent=agent, turn_number=number).order_by("timestamp", "id")
-    )
-    # The step before this turn's first step, for "what changed" on step 1.
-    previous = (
-        ContextDecision.objects.filter(run=run, agent=agent, turn_number__lt=number)
-        .order_by("-turn_number", "-step_number")
-        .values_list("turn_number", "step_number", "message_table")
-        .first()
-    )
-    neighbours = Turn.objects.filter(run=run, agent=agent, number__in=[number - 1, number + 1]).values_list(
-        "number", flat=True
-    )
-    prev_label = f"turn {previous[0]} step {previous[1]}" if previous else ""
-    prev_mds = unpack_message_decisions(previous[2]) if previous else None
-    prev_turn = previous[0] if previous else 0
-    step_views = []
-    for step in steps:
-        decision = getattr(step, "decision", None)
-        mds = decision.message_decisions if decision else []
-        by_step = [p for p in primitives if p.step_id == step.id]
-        step_views.append(
-            {
-                "step": step,
-                "decision": decision,
-                "rows": queries.decision_rows(mds, prev_mds if decision else None, pins, number),
-                "changes": (
-                    queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn)
-                    if decision
-                    else None
-                ),
-                "primitives": [(ev, queries.primitive_summary(ev)) for ev in by_step],
-                "snapshot": _snapshot(step.prompt_snapshot),
-            }
-        )
-        if decision:
-            prev_mds, prev_label, prev_turn = mds, f"turn {step.turn_number} step {step.number}", number
-    loose = [(ev, queries.primitive_summary(ev)) for ev in primitives if ev.step_id is None]
+    """The turn page's context: the parts from the run's projections (`traces.turn_page`, cached
+    while the run does not change), then what depends on the reader: the notes and the note forms."""
+    parts = turn_page.turn_parts(run, agent, number)
+    if parts is None:
+        raise Http404("No such turn.")
+    step_views = [
+        {
+            "step": sp.step,
+            "decision": sp.decision,
+            "table": sp.table,
+            "changes": sp.changes,
+            "primitives": sp.primitives,
+            "snapshot": sp.snapshot,
+        }
+        for sp in parts.steps
+    ]
     return {
         "run": run,
         "agent": agent,
-        "turn": turn,
+        "turn": parts.turn,
         "agent_tabs": _agent_tabs(run, number),
         "steps": step_views,
-        "active_pins": active_pins,
-        "loose_primitives": loose,
-        "prev_turn": number - 1 if number - 1 in neighbours else None,
-        "next_turn": number + 1 if number + 1 in neighbours else None,
+        "active_pins": parts.active_pins,
+        "loose_primitives": parts.loose_primitives,
+        "prev_turn": parts.prev_turn,
+        "next_turn": parts.next_turn,
         # Review notes: on the turn, and on each step (put on its step view); who may write them.
         **notes.turn_notes_ctx(run, agent, number, step_views),
-        **notes.note_perm_ctx(membership_of(request.user, run.project.team_id)),
+        # The caller's membership from the list the header's team switcher reads too (one query).
+        **notes.note_perm_ctx(
+            next((m for m in memberships_of(request) if m.team_id == run.project.team_id), None)
+        ),
     }
 
 
@@ -347,19 +319,6 @@ def _agent_tabs(run: Run, number: int) -> list[tuple[str, str]]:
         (a, (run.turn_url(number) if a in having else run.get_absolute_url()) + "?" + urlencode({"agent": a}))
         for a in agents
     ]
-
-
-def _snapshot(snapshot: Any) -> dict[str, Any] | None:
-    """The prompt snapshot's messages and tools, tolerating odd shapes (unknown keys are legal)."""
-    if not isinstance(snapshot, dict):
-        return None
-    messages = snapshot.get("messages")
-    tools = snapshot.get("tools")
-    return {
-        "model": snapshot.get("model"),
-        "messages": messages if isinstance(messages, list) else [],
-        "tools": tools if isinstance(tools, list) else [],
-    }
 
 
 @login_required
