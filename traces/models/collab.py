@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .runs import Run
-from .teams import Project
+from .teams import Action, Membership, Project
 
 
 class ShareLinkQuerySet(models.QuerySet["ShareLink"]):
@@ -95,6 +95,7 @@ class Note(models.Model):
     resolved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    edited_at = models.DateTimeField(null=True, blank=True)  # the last change of label or body
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -106,6 +107,41 @@ class Note(models.Model):
     @property
     def is_resolved(self) -> bool:
         return self.resolved_at is not None
+
+    # Who may change a note: the one rule for the pages, the API and the templates. `membership` is
+    # the caller's membership of the note's team (`membership_of`), None for anyone else: outsiders,
+    # removed members, anonymous callers and API keys (a key is no member and never an author).
+
+    def can_edit(self, membership: Membership | None) -> bool:
+        """The author may edit their note's label and body while they may write notes in the team
+        (not after being made a viewer or removed). A note without an author (written with an API key,
+        or whose author's account is gone) is edited by nobody.
+
+        >>> Note(author_id=7).can_edit(Membership(user_id=7, role="member"))
+        True
+        >>> Note(author_id=7).can_edit(Membership(user_id=7, role="viewer"))
+        False
+        >>> Note(author_id=7).can_edit(Membership(user_id=8, role="owner")), Note().can_edit(None)
+        (False, False)
+        """
+        return (
+            membership is not None
+            and membership.can(Action.NOTE)
+            and self.author_id is not None
+            and self.author_id == membership.user_id
+        )
+
+    def can_delete(self, membership: Membership | None) -> bool:
+        """The author (as for `can_edit`), or any admin or owner of the team (moderation).
+
+        >>> Note(author_id=7).can_delete(Membership(user_id=8, role="admin"))
+        True
+        >>> Note(author_id=7).can_delete(Membership(user_id=8, role="member"))
+        False
+        """
+        if membership is None:
+            return False
+        return self.can_edit(membership) or membership.role_at_least(Membership.Role.ADMIN)
 
     @property
     def target_label(self) -> str:

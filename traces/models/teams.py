@@ -308,6 +308,7 @@ class AuditLog(models.Model):
     SHARE_LINK_REVOKED = "share_link_revoked"
     NOTE_CREATED = "note_created"
     NOTE_RESOLVED = "note_resolved"
+    NOTE_EDITED = "note_edited"
     NOTE_DELETED = "note_deleted"
     MEMBER_INVITED = "member_invited"
     INVITE_REVOKED = "invite_revoked"
@@ -329,6 +330,7 @@ class AuditLog(models.Model):
         SHARE_LINK_REVOKED: "share link revoked",
         NOTE_CREATED: "note created",
         NOTE_RESOLVED: "note resolved",
+        NOTE_EDITED: "note edited",
         NOTE_DELETED: "note deleted",
         MEMBER_INVITED: "member invited",
         INVITE_REVOKED: "invite revoked",
