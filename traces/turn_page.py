@@ -70,9 +70,7 @@ def turn_parts(run: Run, agent: str, number: int) -> TurnParts | None:
     """Turn `number` of `agent`'s steps in `run` (None when there is no such turn): from the cache when
     the run is not updating and was viewed since it last changed, else five queries."""
     cacheable = not run.is_updating
-    stamp = run.updated_at.isoformat() if run.updated_at else ""
-    parts = f"{run.pk}:{run.project_id}:{run.run_id}:{stamp}:{agent}:{number}"
-    key = f"arcana:turn:{TURN_CACHE_VERSION}:{hashlib.sha256(parts.encode()).hexdigest()}"
+    key = cache_key(run, agent, number)
     if cacheable:
         cached = cache.get(key)
         if isinstance(cached, TurnParts):
@@ -81,6 +79,14 @@ def turn_parts(run: Run, agent: str, number: int) -> TurnParts | None:
     if built is not None and cacheable:
         cache.set(key, built, TURN_CACHE_SECONDS)
     return built
+
+
+def cache_key(run: Run, agent: str, number: int) -> str:
+    """The parts' key: the run (its primary key, with its project and id) in its present state
+    (`updated_at`), the agent and the turn; hashed, so keys stay short whatever the run id or agent."""
+    stamp = run.updated_at.isoformat() if run.updated_at else ""
+    parts = f"{run.pk}:{run.project_id}:{run.run_id}:{stamp}:{agent}:{number}"
+    return f"arcana:turn:{TURN_CACHE_VERSION}:{hashlib.sha256(parts.encode()).hexdigest()}"
 
 
 def _build(run: Run, agent: str, number: int) -> TurnParts | None:
