@@ -52,6 +52,7 @@ class StepPart:
     decision: ContextDecision | None
     table: SafeString  # the decision table (`decision_table_html`), "" without a decision
     changes: queries.StepChanges | None
+    changes_html: SafeString  # "what changed", rendered (`changes_html`), "" for the first step of a run
     primitives: list[tuple[PrimitiveEvent, str]]  # (call, its one-line summary)
     snapshot: dict[str, Any] | None
 
@@ -116,11 +117,12 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
     out = []
     for step in steps:
         decision = getattr(step, "decision", None)
-        table, changes = SafeString(""), None
+        table, changes, listed = SafeString(""), None, SafeString("")
         if decision is not None:
             mds = decision.message_decisions
             table = decision_table_html(queries.decision_rows(mds, prev_mds, pins, number))
             changes = _listed(queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn))
+            listed = changes_html(changes) if changes is not None else SafeString("")
             prev_mds, prev_label, prev_turn = mds, f"turn {step.turn_number} step {step.number}", number
             _drop_message_table(decision)
         out.append(
@@ -129,6 +131,7 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
                 decision=decision,
                 table=table,
                 changes=changes,
+                changes_html=listed,
                 primitives=[(ev, line) for ev, line in summaries if ev.step_id == step.id],
                 snapshot=_snapshot(step.prompt_snapshot),
             )
@@ -265,3 +268,54 @@ def _pin_row(r: queries.DecisionRow, changed: str) -> str:
         f'    <td class="reason">pinned{reason}</td>\n'
         "  </tr>"
     )
+
+
+def _key_text(d: Mapping[str, Any], key: str) -> str:
+    """`{{ d.key }}` of a decision: "" when the key is missing (the template's unresolved variable)."""
+    return _text(d[key]) if key in d else ""
+
+
+def _count_item(n: int, text: str) -> str:
+    return f"<li><strong>{n}</strong> {text}</li>" if n else ""
+
+
+def changes_html(changes: queries.StepChanges) -> SafeString:
+    """ "What changed since" the previous step: new and gone messages, the first `CHANGES_LISTED`
+    messages whose outcome changed (the others are counted), pins added and gone; values escaped."""
+    head = f'<div class="changes">\n      <h4>What changed since {_text(changes.previous_label)}</h4>\n      '
+    if changes.empty:
+        body = (
+            '<p class="muted small">Nothing: every message kept the same outcome and the same pins were '
+            "rendered.</p>"
+        )
+    else:
+        new, gone = changes.new_messages, changes.gone_messages
+        items = "".join(
+            f'<li><span class="mono">#{_key_text(d, "index")}</span> {_key_text(d, "role")}: {_text(before)} → '
+            f'<strong>{_text(after)}</strong> <span class="muted small">({_key_text(d, "reason")})</span></li>'
+            for d, before, after in changes.changed[:CHANGES_LISTED]
+        )
+        more = (
+            f'<li class="muted">… and {changes.total_changed - CHANGES_LISTED} more, flagged in the table</li>'
+            if changes.total_changed > CHANGES_LISTED
+            else ""
+        )
+        lines = [
+            _count_item(new, f"new message{'' if new == 1 else 's'} in the history"),
+            _count_item(gone, f"message{'' if gone == 1 else 's'} no longer in the input"),
+            items,
+            more,
+            "".join(
+                f'<li><span class="pin-flag">PIN</span> {_text(p)} added</li>' for p in changes.pins_added
+            ),
+            "".join(
+                f'<li><span class="pin-flag pin-flag--gone">PIN</span> {_text(p)} gone</li>'
+                for p in changes.pins_gone
+            ),
+        ]
+        body = (
+            '\n      <ul class="changes__list">\n        '
+            + "\n        ".join(lines)
+            + "\n      </ul>\n      "
+        )
+    return mark_safe(head + body + "\n    </div>")  # noqa: S308 (every value above went through _text)

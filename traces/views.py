@@ -284,6 +284,7 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
             "decision": sp.decision,
             "table": sp.table,
             "changes": sp.changes,
+            "changes_html": sp.changes_html,
             "primitives": sp.primitives,
             "snapshot": sp.snapshot,
         }

@@ -19,7 +19,7 @@ from tests.traces.views_helpers import XSS, decision, ingest_live_run, our_step
 from traces import sharing, turn_page
 from traces.ingest import ingest_events
 from traces.models import Pin, Project, Run
-from traces.queries import DecisionRow
+from traces.queries import DecisionRow, StepChanges
 
 # The template the table was drawn with before `decision_table_html` (templates/traces/
 # _decision_table.html), kept as the reference the Python table must match byte for byte.
@@ -258,3 +258,61 @@ def test_a_share_link_reads_only_its_run_and_hides_content_after_a_team_view(
     assert "OTHER-RUN" not in hidden
     # The team's page, after the shares were viewed, still has its content.
     assert "the pinned secret" in alice_client.get(shared.turn_url(1)).content.decode()
+
+
+# "What changed since …" as the template drew it before `changes_html` (from `<div` to `</div>`).
+CHANGES_REFERENCE = """<div class="changes">
+      <h4>What changed since {{ sv.changes.previous_label }}</h4>
+      {% if sv.changes.empty %}<p class="muted small">Nothing: every message kept the same outcome and the same pins were rendered.</p>{% else %}
+      <ul class="changes__list">
+        {% if sv.changes.new_messages %}<li><strong>{{ sv.changes.new_messages }}</strong> new message{{ sv.changes.new_messages|pluralize }} in the history</li>{% endif %}
+        {% if sv.changes.gone_messages %}<li><strong>{{ sv.changes.gone_messages }}</strong> message{{ sv.changes.gone_messages|pluralize }} no longer in the input</li>{% endif %}
+        {% for d, before, after in sv.changes.changed|slice:":30" %}<li><span class="mono">#{{ d.index }}</span> {{ d.role }}: {{ before }} → <strong>{{ after }}</strong> <span class="muted small">({{ d.reason }})</span></li>{% endfor %}
+        {% if sv.changes.changed|length > 30 %}<li class="muted">… and {{ sv.changes.changed|length|add:-30 }} more, flagged in the table</li>{% endif %}
+        {% for p in sv.changes.pins_added %}<li><span class="pin-flag">PIN</span> {{ p }} added</li>{% endfor %}
+        {% for p in sv.changes.pins_gone %}<li><span class="pin-flag pin-flag--gone">PIN</span> {{ p }} gone</li>{% endfor %}
+      </ul>
+      {% endif %}
+    </div>"""  # noqa: E501
+
+
+def _changes(changed: list[Any], **kw: Any) -> StepChanges:
+    fields: dict[str, Any] = {
+        "new_messages": 0,
+        "gone_messages": 0,
+        "pins_added": [],
+        "pins_gone": [],
+        "previous_label": "turn 1 step 2",
+    }
+    fields.update(kw)
+    return StepChanges(changed=changed, total_changed=len(changed), **fields)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        _changes([]),
+        _changes([], new_messages=1),
+        _changes([], new_messages=2, gone_messages=1, previous_label=XSS),
+        _changes([], pins_added=[XSS, "p_1"], pins_gone=["a\x00b", "\ud800"]),
+        _changes(
+            [
+                ({"index": i, "role": XSS, "reason": f"r{i}<b>"}, "kept at L0", f"compressed at {XSS}")
+                for i in range(3)
+            ]
+        ),
+        _changes(
+            [({"role": "user"}, "kept", "dropped")]
+        ),  # no index, no reason: printed empty, as the template did
+        _changes([({"index": i, "role": "user", "reason": None}, "kept", "dropped") for i in range(30)]),
+        _changes(
+            [({"index": i, "role": "user", "reason": "x"}, "kept", "dropped") for i in range(75)],
+            new_messages=3,
+        ),
+    ],
+    ids=lambda c: f"{c.total_changed}changed",
+)
+def test_what_changed_is_printed_as_the_template_did(changes: StepChanges) -> None:
+    expected = Template(CHANGES_REFERENCE).render(Context({"sv": {"changes": changes}}))
+    assert turn_page.changes_html(turn_page._listed(changes)) == expected
+    assert "<script" not in expected and "<b>" not in expected
