@@ -2,7 +2,8 @@
 
 Callers: a logged-in user (session; writes need the member role or above in the run's team) or a
 read+ingest API key of the run's project (an ingest-only key gets 403: it may send traces, nothing
-else). A run outside the caller's reach is 404, never 403 (DESIGN.md §8). Bad input gets the API's
+else). Editing a note is for its author and deleting it for its author or the team's admins
+(`Note.can_edit`, `Note.can_delete`); a key is neither, so it gets 403 for both. A run outside the caller's reach is 404, never 403 (DESIGN.md §8). Bad input gets the API's
 one error shape, `{"error": "invalid input", "detail": [{"field": ..., "message": ...}]}`.
 
 `project` in bodies and query strings is the project's id (as in `/api/v1/projects/<id>/…`) or its
@@ -24,7 +25,7 @@ from traces import notes as notes_service
 from traces import sharing
 from traces.api import BaseView, scoped_projects
 from traces.authentication import key_of
-from traces.models import Action, Note, Project, Run, ShareLink, projects_for_user
+from traces.models import Action, Membership, Note, Project, Run, ShareLink, membership_of, projects_for_user
 
 # --------------------------------------------------------------------------------------------------
 # Access
@@ -192,6 +193,11 @@ class NoteCreateSerializer(serializers.Serializer[Any]):
     body = serializers.CharField(max_length=Note.BODY_MAX)
 
 
+class NoteEditSerializer(serializers.Serializer[Any]):
+    label = serializers.ChoiceField(choices=Note.Label.values, required=False)  # type: ignore[assignment]
+    body = serializers.CharField(required=False, max_length=Note.BODY_MAX)
+
+
 class NoteSerializer(serializers.Serializer[Note]):
     id = serializers.IntegerField()
     project = serializers.IntegerField(source="run.project_id")
@@ -203,6 +209,7 @@ class NoteSerializer(serializers.Serializer[Note]):
     body = serializers.CharField()
     author = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
+    edited_at = serializers.DateTimeField(allow_null=True, help_text="the last change of label or body")
     resolved = serializers.BooleanField(source="is_resolved")
     resolved_at = serializers.DateTimeField(allow_null=True)
 
@@ -258,3 +265,53 @@ class NoteListView(BaseView, generics.ListAPIView[Note]):
             raise exceptions.ValidationError({e.field: e.message}) from None
         note = notes_service.do_create_note(run, request.user, checked)
         return Response(NoteSerializer(note).data, status=status.HTTP_201_CREATED)
+
+
+class NoteDetailView(BaseView):
+    """One note: change its label or body (its author), or delete it (its author, or an admin or owner
+    of the team), by the rule the pages use (`Note.can_edit`, `Note.can_delete`). An API key acts for
+    no one: it is never a note's author nor a team admin, so it may do neither (403); a note written
+    with a key has no author, so only the team's admins and owners may delete it, and nobody edits it."""
+
+    def _note(self, request: Request, note_id: int) -> tuple[Note, Membership | None]:
+        note = (
+            Note.objects.filter(pk=note_id, run__project__in=_readable_projects(request))
+            .select_related("run__project__team", "author")
+            .first()
+        )
+        if note is None:
+            raise Http404("no such note")
+        if key_of(request) is not None:
+            raise exceptions.PermissionDenied(
+                "an API key may not edit or delete notes; sign in as the author"
+            )
+        return note, membership_of(request.user, note.run.project.team_id)
+
+    @extend_schema(
+        request=NoteEditSerializer,
+        responses={200: NoteSerializer},
+        summary="Edit a review note's label or body (its author)",
+    )
+    def patch(self, request: Request, note_id: int) -> Response:
+        note, membership = self._note(request, note_id)
+        if not note.can_edit(membership):
+            raise exceptions.PermissionDenied("only the note's author can edit it")
+        data = NoteEditSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            label, body = notes_service.check_note_text(data.validated_data, current=note)
+        except notes_service.NoteError as e:
+            raise exceptions.ValidationError({e.field: e.message}) from None
+        try:
+            notes_service.do_edit_note(note, request.user, label, body)
+        except Note.DoesNotExist:
+            raise Http404("no such note") from None
+        return Response(NoteSerializer(note).data)
+
+    @extend_schema(responses={204: None}, summary="Delete a review note (its author or a team admin)")
+    def delete(self, request: Request, note_id: int) -> Response:
+        note, membership = self._note(request, note_id)
+        if not note.can_delete(membership):
+            raise exceptions.PermissionDenied("only the note's author or a team admin can delete it")
+        notes_service.do_delete_note(note, request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

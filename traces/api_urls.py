@@ -35,4 +35,5 @@ urlpatterns = [
     path("share-links", api_collab.ShareLinkListView.as_view(), name="api-share-links"),
     path("share-links/<id:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),
+    path("notes/<id:note_id>", api_collab.NoteDetailView.as_view(), name="api-note"),
 ]

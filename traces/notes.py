@@ -1,5 +1,6 @@
-"""Review notes: what a note may be attached to (`check_*`), writing and resolving them (`do_*`, each
-with its audit row in the same transaction), the caller's notes, and the one set of filters the Notes
+"""Review notes: what a note may be attached to and say (`check_*`), writing, resolving, editing and
+deleting them (`do_*`, each with its audit row in the same transaction; who may edit or delete is
+`Note.can_edit` / `Note.can_delete`), the caller's notes, and the one set of filters the Notes
 page and `GET /api/v1/notes` share (STYLE.md item 23).
 
 A note is on a run, on one turn of one agent, or on one step's context decision; the target must
@@ -63,14 +64,15 @@ def _int_or_none(value: Any, field: str) -> int | None:
     return number
 
 
-def check_note(run: Run, data: Any) -> NoteInput:
-    """Validate untrusted note input (a form's POST or the API's JSON) against `run`.
+def check_note_text(data: Any, current: Note | None = None) -> tuple[str, str]:
+    """A note's label and body from untrusted input, checked (the rules for writing and editing).
 
-    `data` is a mapping with `label`, `body`, and optionally `agent`, `turn`, `step`."""
-    label = data.get("label") or Note.Label.QUESTION
+    For a new note a missing label is a question; for an edit of `current`, a missing label or body
+    keeps the note's own."""
+    label = data.get("label") or (current.label if current is not None else Note.Label.QUESTION)
     if label not in Note.Label.values:
         raise NoteError("label", f"must be one of {', '.join(Note.Label.values)}")
-    body = data.get("body")
+    body = data.get("body") if current is None or "body" in data else current.body
     if not isinstance(body, str) or not body.strip():
         raise NoteError("body", "write something")
     body = body.strip()
@@ -78,6 +80,14 @@ def check_note(run: Run, data: Any) -> NoteInput:
         raise NoteError("body", f"at most {Note.BODY_MAX} characters")
     if not storable_text(body):
         raise NoteError("body", "must not contain NUL characters or lone surrogates")
+    return label, body
+
+
+def check_note(run: Run, data: Any) -> NoteInput:
+    """Validate untrusted note input (a form's POST or the API's JSON) against `run`.
+
+    `data` is a mapping with `label`, `body`, and optionally `agent`, `turn`, `step`."""
+    label, body = check_note_text(data)
     agent = data.get("agent") or ""
     if not isinstance(agent, str) or not storable_text(agent):
         raise NoteError("agent", "must be a string")
@@ -151,6 +161,65 @@ def do_set_resolved(note: Note, actor: Any, resolved: bool) -> bool:
     return True
 
 
+EXCERPT = 200  # characters of a note's body kept in its audit rows
+
+
+def _excerpt(body: str) -> str:
+    return body if len(body) <= EXCERPT else body[: EXCERPT - 1] + "…"
+
+
+def do_edit_note(note: Note, actor: Any, label: str, body: str) -> bool:
+    """Give `note` a checked (`check_note_text`) label and body, stamp `edited_at` and write the audit
+    row (old and new label, body excerpts) in one transaction. False, and nothing written, when both
+    are unchanged; `Note.DoesNotExist` when the note was deleted meanwhile. The caller checks
+    `Note.can_edit` first."""
+    with transaction.atomic():
+        row = Note.objects.select_for_update().get(pk=note.pk)
+        if (row.label, row.body) == (label, body):
+            return False
+        old = {"label": row.label, "body": _excerpt(row.body)}
+        now = timezone.now()
+        Note.objects.filter(pk=row.pk).update(label=label, body=body, edited_at=now)
+        note.label, note.body, note.edited_at = label, body, now
+        audit.record(
+            note.run.project.team,
+            actor,
+            AuditLog.NOTE_EDITED,
+            note,
+            {
+                "run_id": note.run.run_id,
+                "target": note.target_label,
+                audit.OLD: old,
+                audit.NEW: {"label": label, "body": _excerpt(body)},
+            },
+        )
+    return True
+
+
+def do_delete_note(note: Note, actor: Any) -> bool:
+    """Delete `note` and write the audit row (its label, target, author and a body excerpt) in one
+    transaction; False, and no row, when it was already gone. The caller checks `Note.can_delete`."""
+    team = note.run.project.team
+    with transaction.atomic():
+        deleted, _ = Note.objects.filter(pk=note.pk).delete()
+        if not deleted:
+            return False
+        audit.record(
+            team,
+            actor,
+            AuditLog.NOTE_DELETED,
+            note,
+            {
+                "run_id": note.run.run_id,
+                "target": note.target_label,
+                "label": note.label,
+                "author": note.author.get_username() if note.author else None,
+                "body": _excerpt(note.body),
+            },
+        )
+    return True
+
+
 def run_notes_ctx(run: Run) -> dict[str, Any]:
     """Every note on the run, for the run overview (one query)."""
     return {"notes": list(Note.objects.filter(run=run).select_related("author", "resolved_by"))}
@@ -174,10 +243,12 @@ def turn_notes_ctx(run: Run, agent: str, number: int, step_views: list[dict[str,
 
 def note_perm_ctx(membership: Membership | None) -> dict[str, Any]:
     """Whether the page offers note forms and resolve buttons (members and above), and the labels.
-    `membership`: the caller's in the run's team (`membership_of`), None for anyone else."""
+    `membership`: the caller's in the run's team (`membership_of`), None for anyone else; kept as
+    `note_member` for the edit and delete forms (`{% if n|note_editable:note_member %}`)."""
     return {
         "can_note": membership is not None and membership.can(Action.NOTE),
         "note_labels": Note.Label.choices,
+        "note_member": membership,
     }
 
 

@@ -322,7 +322,9 @@ def redact(ctx: dict[str, Any], *, hide_content: bool) -> dict[str, Any]:
     out["shared"] = True
     out["hide_content"] = hide_content
     # Never handed to a shared page, whatever the builder added for team members.
-    for key in ("share_links", "new_share_url", "can_share", "can_note", "note_labels", "expiry_choices"):
+    for key in (
+        "share_links", "new_share_url", "can_share", "can_note", "note_labels", "note_member", "expiry_choices",
+    ):  # fmt: skip
         out.pop(key, None)
     for key in ("notes", "turn_notes"):
         if out.get(key) is not None:

@@ -77,6 +77,8 @@ urlpatterns = [
     path("projects/<id:project_id>/runs/<run_id:run_id>/notes", views_collab.note_create, name="note_create"),
     path("notes", views_collab.notes_page, name="notes"),
     path("notes/<id:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
+    path("notes/<id:note_id>/edit", views_collab.note_edit, name="note_edit"),
+    path("notes/<id:note_id>/delete", views_collab.note_delete, name="note_delete"),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),

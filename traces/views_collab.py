@@ -3,11 +3,12 @@
 * Shared pages (`/s/<token>…`): the run overview, its turn pages and their polled fragments, for anyone
   holding a usable link. Same context builders and templates as the team's pages; `traces.sharing`
   binds the run's addresses to the link and redacts the context (the one place that does).
-* Team pages: create / revoke share links on the run page, write / resolve notes on the run and turn
-  pages, and the team's Notes list.
+* Team pages: create / revoke share links on the run page, write / resolve / edit / delete notes on the
+  run and turn pages, and the team's Notes list.
 
 Access: a run outside the caller's teams is 404 (never 403); a viewer of the team may read but gets
-403 on writes; members and above may share and write notes (`Action.SHARE`, `Action.NOTE`).
+403 on writes; members and above may share and write notes (`Action.SHARE`, `Action.NOTE`); a note is
+edited by its author and deleted by its author or the team's admins (`Note.can_edit`, `can_delete`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces import live, sharing, views
 from traces import notes as notes_service
-from traces.models import Action, Note, Run, ShareLink, projects_for_user, user_can
+from traces.models import Action, Note, Run, ShareLink, membership_of, projects_for_user, user_can
 
 NOTES_PER_PAGE = 50
 
@@ -177,22 +178,62 @@ def note_create(request: HttpRequest, project_id: int, run_id: str) -> HttpRespo
     return HttpResponseRedirect(_note_anchor(run, note))
 
 
-@login_required
-@require_POST
-def note_resolve(request: HttpRequest, note_id: int) -> HttpResponse:
+def _readable_note(request: HttpRequest, note_id: int) -> Note:
+    """The note if the caller may read it (a run of one of their teams), else 404."""
     note = (
         notes_service.notes_for_user(request.user)
-        .select_related("run__project__team")
+        .select_related("run__project__team", "author")
         .filter(pk=note_id)
         .first()
     )
     if note is None:
         raise Http404("No such note.")
+    return note
+
+
+@login_required
+@require_POST
+def note_resolve(request: HttpRequest, note_id: int) -> HttpResponse:
+    note = _readable_note(request, note_id)
     if not user_can(request.user, note.run.project.team_id, Action.NOTE):
         raise PermissionDenied("Your role in this team cannot resolve notes.")
     resolved = request.POST.get("resolved", "1") == "1"
     notes_service.do_set_resolved(note, request.user, resolved)
     return _back(request, _note_anchor(note.run, note))
+
+
+@login_required
+@require_POST
+def note_edit(request: HttpRequest, note_id: int) -> HttpResponse:
+    """Change a note's label and body: its author only (`Note.can_edit`); bad input leaves it as it
+    was and says why on the page it came from."""
+    note = _readable_note(request, note_id)
+    if not note.can_edit(membership_of(request.user, note.run.project.team_id)):
+        raise PermissionDenied("Only the note's author can edit it.")
+    back = _back(request, _note_anchor(note.run, note).split("#")[0] + f"#note-{note.pk}")
+    try:
+        label, body = notes_service.check_note_text(request.POST, current=note)
+    except notes_service.NoteError as e:
+        messages.error(request, f"Note not changed: {e.field} {e.message}.")
+        return back
+    try:
+        notes_service.do_edit_note(note, request.user, label, body)
+    except Note.DoesNotExist:
+        raise Http404("No such note.") from None
+    return back
+
+
+@login_required
+@require_POST
+def note_delete(request: HttpRequest, note_id: int) -> HttpResponse:
+    """Delete a note: its author, or an admin or owner of the team (`Note.can_delete`)."""
+    note = _readable_note(request, note_id)
+    if not note.can_delete(membership_of(request.user, note.run.project.team_id)):
+        raise PermissionDenied("Only the note's author or a team admin can delete it.")
+    back = _back(request, _note_anchor(note.run, note))
+    if notes_service.do_delete_note(note, request.user):
+        messages.success(request, f"Note on {note.target_label} deleted.")
+    return back
 
 
 @login_required

@@ -75,6 +75,9 @@ class World:
     def fresh_link(self) -> int:
         return sharing.do_create_share_link(self.run, self.users["owner"])[0].pk
 
+    def fresh_note(self, author: str = "member") -> int:
+        return Note.objects.create(run=self.run, label="bug", body="tmp", author=self.users[author]).pk
+
     def fresh_conversation(self) -> int:
         """A playground waiting for its next message (a message or a cancel moves it on)."""
         return Conversation.objects.create(
@@ -370,6 +373,19 @@ TABLE: dict[str, list[Case]] = {
     "notes/<note_id>/resolve": [
         Case("POST", lambda w: {"note_id": w.note.pk}, E(302, 404, 403, 302, 302, 302)),
     ],
+    # The note is the member's: its author edits it; its author and the admins delete it.
+    "notes/<note_id>/edit": [
+        Case(
+            "POST",
+            lambda w: {"note_id": w.note.pk},
+            E(302, 404, 403, 302, 403, 403),
+            data=lambda w: {"label": "expected", "body": "edited"},
+        ),
+    ],  # fmt: skip
+    "notes/<note_id>/delete": [
+        Case("POST", lambda w: {"note_id": w.fresh_note()}, E(302, 404, 403, 302, 302, 302)),
+        Case("POST", lambda w: {"note_id": w.fresh_note("admin")}, E(302, 404, 403, 403, 302, 302)),
+    ],
     "s/<token>": [
         Case("GET", share_kw, SHARED),
         Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),
@@ -476,6 +492,17 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"project": w.project.pk, "run_id": w.run.run_id, "label": "bug", "body": "x"},
             json=True,
         ),
+    ],  # fmt: skip
+    "api/v1/notes/<note_id>": [
+        Case(
+            "PATCH",
+            lambda w: {"note_id": w.note.pk},
+            E(401, 404, 403, 200, 403, 403),
+            data=lambda w: {"body": "edited"},
+            json=True,
+        ),
+        Case("DELETE", lambda w: {"note_id": w.fresh_note()}, E(401, 404, 403, 204, 204, 204)),
+        Case("DELETE", lambda w: {"note_id": w.fresh_note("admin")}, E(401, 404, 403, 403, 204, 204)),
     ],  # fmt: skip
 }
 
