@@ -181,8 +181,10 @@ class StepChanges:
         )
 
 
-def _decision_key(d: Mapping[str, Any], pin_k: int, rendered: Sequence[Pin]) -> tuple[int, Any]:
-    if is_pin_decision(d):
+def _decision_key(
+    d: Mapping[str, Any], pin_k: int, rendered: Sequence[Pin], is_pin: bool | None = None
+) -> tuple[int, Any]:
+    if is_pin_decision(d) if is_pin is None else is_pin:
         pin_id = d.get("pin_id") or (rendered[pin_k - 1].pin_id if pin_k <= len(rendered) else f"#{pin_k}")
         return (1, pin_id)
     return (0, d.get("index"))
@@ -196,9 +198,10 @@ def keyed_decisions(
     out: dict[tuple[int, Any], Mapping[str, Any]] = {}
     pin_k = 0
     for d in mds or []:
-        if is_pin_decision(d):
+        is_pin = is_pin_decision(d)
+        if is_pin:
             pin_k += 1
-        out[_decision_key(d, pin_k, rendered)] = d
+        out[_decision_key(d, pin_k, rendered, is_pin)] = d
     return out
 
 
@@ -221,16 +224,16 @@ def decision_rows(
         is_pin = is_pin_decision(d)
         if is_pin:
             pin_k += 1
-        key = _decision_key(d, pin_k, active_pins)
+        key = _decision_key(d, pin_k, active_pins, is_pin)
         pin = pins_by_id.get(key[1]) if is_pin else None
+        cls = outcome_class(d)
         changed = ""
         if prev is not None:
             before = prev.get(key)
             if before is None:
                 changed = "new"
-            elif outcome_class(before) != outcome_class(d):
+            elif outcome_class(before) != cls:
                 changed = f"was {outcome_label(before)}"
-        cls = outcome_class(d)
         rel = d.get("relevance_score")
         before, after = d.get("token_count_before"), d.get("token_count_after")
         rows.append(

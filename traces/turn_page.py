@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -179,13 +180,15 @@ def _snapshot(snapshot: Any) -> dict[str, Any] | None:
 
 
 _escape = html.escape
+#: Whether a text holds a character `html.escape` replaces (most cells hold none: one scan, no copies).
+_MARKUP = re.compile("[&<>\"']").search
 
 
 def _text(value: Any) -> str:
     """`value` as the template's `{{ value }}` prints it with auto-escaping: localized when a number,
     `str()` otherwise, then HTML-escaped (`& < > " '`)."""
     if type(value) is str:
-        return _escape(value)
+        return _escape(value) if _MARKUP(value) else value
     if type(value) is int:  # what localize gives an int without thousand separators
         return str(value)
     if value is None:
