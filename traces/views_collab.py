@@ -29,7 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces import live, sharing, views
 from traces import notes as notes_service
-from traces.models import Action, Note, Run, ShareLink, membership_of, projects_for_user, user_can
+from traces.models import Action, Membership, Note, Run, ShareLink, membership_of, projects_for_user, user_can
 
 NOTES_PER_PAGE = 50
 
@@ -250,9 +250,14 @@ def notes_page(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     writable = set(projects_for_user(request.user, Action.NOTE).values_list("team_id", flat=True))
+    # Each note with the caller's membership of its team, for its Edit and Delete (Note.can_edit …).
+    members = {m.team_id: m for m in Membership.objects.filter(user=request.user)}
+    notes = list(page.object_list)
     ctx = {
         "page": page,
-        "notes": list(page.object_list),
+        "notes": notes,
+        "rows": [(n, members.get(n.run.project.team_id)) for n in notes],
+        "note_labels": Note.Label.choices,
         "filters": filters,
         "query": query.urlencode(),
         "projects": list(
