@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces import live, sharing, views
 from traces import notes as notes_service
+from traces.authentication import SignedInRequest
 from traces.models import Action, Membership, Note, Run, ShareLink, membership_of, projects_for_user, user_can
 
 NOTES_PER_PAGE = 50
@@ -238,7 +239,7 @@ def note_delete(request: HttpRequest, note_id: int) -> HttpResponse:
 
 @login_required
 @require_GET
-def notes_page(request: HttpRequest) -> HttpResponse:
+def notes_page(request: SignedInRequest) -> HttpResponse:
     """The Notes list of the caller's teams, filtered by project, label and resolved state."""
     filters = notes_service.NoteFilters.from_query(request.GET)
     qs = (
