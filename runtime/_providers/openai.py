@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from .. import _json_text
+from .._json_text import compact_text, splice_dumps
 from .._provider_types import ProviderResponse, ToolCall, Usage
 from .._retry import parse_retry_after, retry_delay
 from ..errors import (
@@ -203,7 +205,8 @@ class OpenAICompatibleProvider:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> bytes:
-        """The exact bytes `complete()` sends for these arguments."""
+        """The exact bytes `complete()` sends for these arguments: `json.dumps` of the body (compact,
+        no ASCII escaping), each message's text encoded once per process (`runtime._json_text`)."""
         body: dict[str, Any] = {"model": model or self.model, "messages": messages}
         if tools:
             body["tools"] = tools
@@ -214,7 +217,11 @@ class OpenAICompatibleProvider:
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if messages.__class__ is not list or not _json_text.REMEMBER:
+            return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        # Each message's text is remembered across steps (the history is sent again at every step).
+        texts = [compact_text(m) for m in messages]
+        return splice_dumps(body, ("messages",), texts).encode("utf-8")
 
     async def complete(
         self,

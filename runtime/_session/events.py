@@ -39,7 +39,14 @@ class _SessionEvents:
         if isinstance(self.counter, CalibratedCounter):
             # The counts are calibrated estimates (the model's tokenizer is not one tiktoken has).
             metadata["context_report"]["token_counts"] = self.counter.describe()
-        self.writer.emit("context_decision", turn=turn, step=step, parent_step_id=step_id, metadata=metadata)
+        self.writer.emit(
+            "context_decision",
+            turn=turn,
+            step=step,
+            parent_step_id=step_id,
+            metadata=metadata,
+            plain_metadata=self.writer.plain_decisions,
+        )
 
     def _emit_snapshot(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: int, step: int, step_id: str
@@ -235,7 +242,9 @@ class _SessionEvents:
         status = getattr(exc, "status_code", None)
         if status is not None:
             metadata["status_code"] = status
-        stop = {} if purpose is not None else {"stop_reason": "error", "stop_detail": str(exc)[:500]}
+        stop: dict[str, Any] = (
+            {} if purpose is not None else {"stop_reason": "error", "stop_detail": str(exc)[:500]}
+        )
         self.writer.emit(
             "error",
             turn=turn,

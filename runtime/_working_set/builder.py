@@ -16,15 +16,14 @@ from .records import (
     ContextDecision,
     ContextStrategy,
     Fidelity,
-    MessageDecision,
     PinBlock,
     Summarizer,
     WorkingSet,
     _message_text,
     render_pin,
 )
-from .report import _Plan, context_report, explanation
-from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _scoring_text, _Slot, _units
+from .report import _Plan, context_report, explanation, sent_messages_and_decisions
+from .slots import _ALARM, _BASE_SCORE, _copy, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
 
 #: Longest summary the builder asks for; the caller may pass it as `max_tokens` to the provider.
 SUMMARY_MAX_TOKENS = 500
@@ -34,6 +33,7 @@ _SUMMARY_LINE_CHARS = 1000
 _SUMMARY_SYSTEM = "You are a conversation summarizer. Be concise."
 # Messages whose count, ladder and keywords a builder remembers between steps.
 _INFO_CACHE_SIZE = 32_768
+_LEVEL_INDEX = {level: i for i, level in enumerate(LEVELS)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -52,6 +52,11 @@ class WorkingSetBuilder:
         writer.emit("context_decision", metadata={..., **ws.decision.to_metadata()})
     """
 
+    #: Reuse the previous build's per-message results where they are provably the same (see
+    #: `_slots`); False builds every step from the per-message cache alone (the reference the tests
+    #: compare against).
+    incremental = True
+
     def __init__(
         self,
         counter: TokenCounter | None = None,
@@ -67,6 +72,8 @@ class WorkingSetBuilder:
         self.fidelity = fidelity if fidelity is not None else Fidelity()
         self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
         self._lock = threading.Lock()
+        # The previous build's (cache key, copy of the fields, info) by position; see `_slots`.
+        self._previous: list[tuple[Hashable, dict[str, Any], _MessageInfo] | None] = []
 
     @property
     def context_window(self) -> int:
@@ -136,7 +143,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots = [_Slot(i, m, self._info(m, turns[i])) for i, m in enumerate(history)]
+        slots = self._slots(history, turns)
         units = _units(history, k)
         for u, members in enumerate(units):
             for i in members:
@@ -225,7 +232,10 @@ class WorkingSetBuilder:
         slots, budget_total = plan.slots, plan.budget_total
         summary_msg = plan.summary_msg
         summary_tokens = self.counter.count_message(summary_msg) if summary_msg is not None else 0
-        total = plan.fixed + summary_tokens + sum(self._tokens(s) for s in slots if s.sent)
+        total = plan.fixed + summary_tokens
+        for s in slots:
+            if s.outcome == "kept" or s.outcome == "compressed":  # s.sent
+                total += s.info.rungs[s.rung][2]
         total = self._fit(slots, plan.units, total, budget_total)
         if total > budget_total and summary_msg is not None:
             # The summary was sized to fit beside the L0 tail, so this is only a safety net.
@@ -242,41 +252,15 @@ class WorkingSetBuilder:
     def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
         """Step 6: assemble identity, pins, then the rest in order; one decision per input message
         and per pin, and the report."""
-        slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
-        messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
-        messages.extend(plan.pin_msgs)
-        placed_summary = False
-        for s in slots[k:]:
-            if s.outcome == "summarized" and not placed_summary and summary_msg is not None:
-                messages.append(summary_msg)
-                placed_summary = True
-            if s.sent:
-                messages.append(self._rendered(s))
-
+        messages, decisions = sent_messages_and_decisions(plan)
         # `total` was kept as a running sum of exact, additive counts, so it equals
         # count_messages(messages) (tests check the identity) without recounting here.
         budget_used = plan.total
-        decisions = [self._decision(s) for s in slots]
-        for j, p in enumerate(plan.pins):
-            decisions.append(
-                MessageDecision(
-                    index=k + j,
-                    role="system",
-                    outcome="kept",
-                    fidelity="L0",
-                    relevance_score=None,
-                    token_count_before=plan.pin_counts[j],
-                    token_count_after=plan.pin_counts[j],
-                    reason="pinned",
-                    pinned=True,
-                    pin_id=p.pin_id,
-                )
-            )
 
         report = context_report(
             plan, turn=turn, step=step, window=self.context_window, encoding=self.counter.encoding
         )
-        compressed_count = sum(1 for s in slots if s.outcome != "kept")
+        compressed_count = report.messages_compressed
         decision = ContextDecision(
             turn=turn,
             step=step,
@@ -354,11 +338,16 @@ class WorkingSetBuilder:
     def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
         goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         n = max(len(slots) - 1, 1)
+        grade, score_of = self.fidelity.grade, self._score
         for s in middle:
             if s.outcome != "kept":
                 continue
-            s.score = self._score(s, goal, s.index / n)
-            target = LEVELS.index(self.fidelity.grade(s.score))
+            s.score = score = score_of(s, goal, s.index / n)
+            target = _LEVEL_INDEX[grade(score)]
+            if target == 0:  # L0: no rung to render; the ladder's first rung is L0
+                s.rung = 0
+                s.reason = "tail_preserve_middle_kept"
+                continue
             rungs = s.info.rungs
             while LEVELS.index(rungs[-1][0]) < target and self._extend(s.info):
                 pass
@@ -446,7 +435,43 @@ class WorkingSetBuilder:
         return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": prompt}]
 
     # -- per-message cache and fidelity ladder ------------------------------------------------
+    def _slots(self, history: Sequence[Mapping[str, Any]], turns: list[int]) -> list[_Slot]:
+        """One slot per message, with its cached `_MessageInfo` (`_info`).
+
+        A step's history is the previous step's plus a few messages, so the previous build's infos
+        are remembered by position (`_previous`) with the cache key each was found under and a copy
+        (deep) copy of the message's fields. A message made only of dicts, lists, strings and None
+        (`_plain`), equal to that copy, at the same turn, has the same key (the key is made of those
+        fields and the turn), so its info is taken from the cache under the remembered key without
+        building the key again: the same info, and the same cache order, as `_info_keyed` gives."""
+        previous = self._previous if self.incremental else []
+        remembered: list[tuple[Hashable, dict[str, Any], _MessageInfo] | None] = []
+        slots: list[_Slot] = []
+        infos, lock = self._infos, self._lock
+        n_prev = len(previous)
+        for i, m in enumerate(history):
+            turn = turns[i]
+            info: _MessageInfo | None = None
+            entry = previous[i] if i < n_prev else None
+            if entry is not None:
+                ikey, fields, cached = entry
+                if cached.turn == turn and m == fields and _plain(m):
+                    with lock:
+                        if infos.get(ikey) is cached:
+                            infos.move_to_end(ikey)
+                            info = cached
+            if info is None:
+                ikey, info = self._info_keyed(m, turn)
+                entry = (ikey, _copy(m), info) if m.__class__ is dict and _plain(m) else None
+            remembered.append(entry)
+            slots.append(_Slot(i, m, info))
+        self._previous = remembered
+        return slots
+
     def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
+        return self._info_keyed(msg, turn)[1]
+
+    def _info_keyed(self, msg: Mapping[str, Any], turn: int) -> tuple[Hashable, _MessageInfo]:
         key = self.counter.message_key(msg)
         calls = msg.get("tool_calls")
         # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
@@ -456,14 +481,14 @@ class WorkingSetBuilder:
             info = self._infos.get(ikey)
             if info is not None:
                 self._infos.move_to_end(ikey)
-                return info
+                return ikey, info
         # A shallow snapshot: a caller mutating its dict later must not change cached renders.
         info = _MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
         with self._lock:
             self._infos[ikey] = info
             if len(self._infos) > _INFO_CACHE_SIZE:
                 self._infos.popitem(last=False)
-        return info
+        return ikey, info
 
     def _extend(self, info: _MessageInfo) -> bool:
         """Render the next fidelity level that is strictly smaller than the last rung; False when
@@ -481,11 +506,6 @@ class WorkingSetBuilder:
 
     def _tokens(self, s: _Slot) -> int:
         return s.tokens
-
-    def _rendered(self, s: _Slot) -> dict[str, Any]:
-        rendered = s.info.rungs[s.rung][1]
-        # L0 sends this step's own message; lower levels a copy of the cached render.
-        return dict(s.msg) if rendered is None else dict(rendered)
 
     # -- step 5 -------------------------------------------------------------------------------
     def _fit(self, slots: list[_Slot], units: list[list[int]], total: int, budget: int) -> int:
@@ -538,18 +558,3 @@ class WorkingSetBuilder:
         tail_units = sorted({s.unit for s in tail}, key=lambda u: units[u][0])
         drop([[i for i in units[u] if slots[i].region == "tail"] for u in tail_units], "dropped_to_fit")
         return total
-
-    # -- step 6 -------------------------------------------------------------------------------
-    def _decision(self, s: _Slot) -> MessageDecision:
-        sent = s.sent
-        level = s.level if sent else None
-        return MessageDecision(
-            index=s.index,
-            role=s.role,
-            outcome=s.outcome,
-            fidelity=level,
-            relevance_score=s.score,
-            token_count_before=s.l0,
-            token_count_after=self._tokens(s) if sent else 0,
-            reason=s.reason,
-        )

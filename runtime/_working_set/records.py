@@ -270,6 +270,36 @@ class MessageDecision:
         return d
 
     @classmethod
+    def _of_message(
+        cls,
+        index: int,
+        role: str,
+        outcome: Outcome,
+        fidelity: str | None,
+        relevance_score: float | None,
+        token_count_before: int,
+        token_count_after: int,
+        reason: str,
+    ) -> MessageDecision:
+        """`MessageDecision(...)` of an input message (not a pin), made without the frozen
+        dataclass `__init__` (one guarded setattr per field): the builder makes one per message of
+        the history at every step. The same fields, the same object."""
+        d = object.__new__(cls)
+        d.__dict__.update(
+            index=index,
+            role=role,
+            outcome=outcome,
+            fidelity=fidelity,
+            relevance_score=relevance_score,
+            token_count_before=token_count_before,
+            token_count_after=token_count_after,
+            reason=reason,
+            pinned=False,
+            pin_id=None,
+        )
+        return d
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MessageDecision:
         return cls(
             index=int(d["index"]),

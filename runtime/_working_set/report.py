@@ -3,11 +3,12 @@ explanation it leaves behind."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import LEVELS, ContextReport, PinBlock
+from .records import LEVELS, ContextReport, MessageDecision, PinBlock
 from .slots import _Slot
 
 
@@ -58,11 +59,18 @@ def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: 
     dist = {lvl: 0 for lvl in LEVELS}
     dist["L0"] += pin_count
     sent_input = 0
+    l0_total = 0
+    not_kept = 0
+    # One pass over the slots (a history's length at every step).
     for s in slots:
-        if s.sent:
-            dist[s.level] += 1
-            sent_input += s.tokens
-    l0_total = sum(s.l0 for s in slots)
+        l0_total += s.l0
+        outcome = s.outcome
+        if outcome == "kept" or outcome == "compressed":
+            level, _, tokens = s.info.rungs[s.rung]
+            dist[level] += 1
+            sent_input += tokens
+        if outcome != "kept":
+            not_kept += 1
     return ContextReport(
         turn=turn,
         step=step,
@@ -81,9 +89,9 @@ def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: 
         pin_tokens=plan.pin_tokens,
         history_tokens=sent_input - identity + summary_tokens,
         summary_tokens=summary_tokens,
-        compression_applied=any(s.outcome != "kept" for s in slots),
+        compression_applied=not_kept > 0,
         compression_savings=l0_total - sent_input - summary_tokens,
-        messages_compressed=sum(1 for s in slots if s.outcome != "kept"),
+        messages_compressed=not_kept,
         fidelity_distribution=dist,
         tokens_by_layer={
             "identity": identity,
@@ -103,9 +111,8 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
     budget_used, budget_total, pin_count = plan.total, plan.budget_total, len(plan.pin_msgs)
     pct = round(report.utilization * 100)
     figures = f"budget {budget_used}/{budget_total} tokens ({pct}% of the window)"
-    compressed = sum(1 for s in slots if s.outcome == "compressed")
-    dropped = sum(1 for s in slots if s.outcome == "dropped")
-    summarized = sum(1 for s in slots if s.outcome == "summarized")
+    outcomes = Counter(s.outcome for s in slots)
+    compressed, dropped, summarized = outcomes["compressed"], outcomes["dropped"], outcomes["summarized"]
     if used == "passthrough":
         text = f"Under budget, all {len(slots)} messages kept; {figures}"
     elif used == "aggressive_truncate":
@@ -130,3 +137,56 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
     if note:
         text = f"{note}. {text}"
     return text
+
+
+def sent_messages_and_decisions(plan: _Plan) -> tuple[list[dict[str, Any]], list[MessageDecision]]:
+    """The messages to send (identity, pins, then the rest in order, the summary where the first
+    summarized message was) and one decision per input message, then per pin, in one pass."""
+    slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
+    messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
+    messages.extend(plan.pin_msgs)
+    placed_summary = False
+    make = MessageDecision._of_message
+    decisions: list[MessageDecision] = []
+    # One pass: each slot's decision and, after the identity, its message.
+    for s in slots:
+        outcome = s.outcome
+        rung = s.info.rungs[s.rung]
+        sent = outcome == "kept" or outcome == "compressed"
+        if s.index >= k:
+            if outcome == "summarized" and not placed_summary and summary_msg is not None:
+                messages.append(summary_msg)
+                placed_summary = True
+            if sent:
+                # L0 sends this step's own message; lower levels a copy of the cached render.
+                rendered = rung[1]
+                messages.append(dict(s.msg) if rendered is None else dict(rendered))
+        decisions.append(
+            make(
+                s.index,
+                s.role,
+                outcome,
+                rung[0] if sent else None,
+                s.score,
+                s.l0,
+                rung[2] if sent else 0,
+                s.reason,
+            )
+        )
+
+    decisions.extend(
+        MessageDecision(
+            index=k + j,
+            role="system",
+            outcome="kept",
+            fidelity="L0",
+            relevance_score=None,
+            token_count_before=plan.pin_counts[j],
+            token_count_after=plan.pin_counts[j],
+            reason="pinned",
+            pinned=True,
+            pin_id=p.pin_id,
+        )
+        for j, p in enumerate(plan.pins)
+    )
+    return messages, decisions

@@ -128,3 +128,31 @@ def _units(history: Sequence[Mapping[str, Any]], start: int) -> list[list[int]]:
             units.append([i])
             i += 1
     return units
+
+
+def _plain(value: Any) -> bool:
+    """Whether `value` is made only of dicts (string keys), lists, strings and None, all of exactly
+    those types: then a deep copy of it equals it exactly when the two have the same fields."""
+    cls = value.__class__
+    if cls is str or value is None:
+        return True
+    if cls is dict:
+        for k, v in value.items():
+            if k.__class__ is not str:
+                return False
+            if v is not None and v.__class__ is not str and not _plain(v):
+                return False
+        return True
+    if cls is list:
+        return all(_plain(v) for v in value)
+    return False
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of a `_plain` value."""
+    cls = value.__class__
+    if cls is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if cls is list:
+        return [_copy(v) for v in value]
+    return value

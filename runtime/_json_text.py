@@ -1,0 +1,129 @@
+"""JSON texts of the messages a conversation sends again at every step, encoded once.
+
+A step's request repeats the history of the step before, so encoding every message again (for the
+request body, for the request digest) cost more than the rest of the runtime's bookkeeping. A message
+is remembered under `content_key(message)`, a key equal for two values exactly when their JSON is
+equal by construction (same types, same keys in the same order, same contents); a value that cannot
+be keyed is encoded every time. Two encodings are kept: `compact_text` (what a request body holds:
+compact separators, no ASCII escaping, keys in their order) and `canonical_text` (what digests hash:
+sorted keys as well).
+
+`splice_dumps` encodes an object one of whose values is a list of such texts: the object is encoded
+with a marker where the list goes, and the marker's text is replaced by the list's, so the bytes are
+those `json.dumps` gives for the whole object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["canonical_text", "compact_text", "content_key", "splice_dumps"]
+
+#: Remember texts across calls (and resume request digests); False encodes every value every time
+#: (the reference the tests compare against).
+REMEMBER = True
+
+_CACHE_SIZE = 16_384
+_COMPACT: dict[Any, str] = {}
+_CANONICAL: dict[Any, str] = {}
+
+# A string no caller's value is taken to hold: it is only replaced when its JSON text occurs exactly
+# once in the encoded object (the marker itself), otherwise the object is encoded whole.
+_MARKER = "\x00arcana-console-spliced-list\x00"
+_MARKER_TEXT = json.dumps(_MARKER, ensure_ascii=False)
+
+
+def content_key(value: Any) -> Any:
+    """A hashable key equal for two values exactly when their JSON is equal by construction (same
+    types, same keys in the same order, same contents); None for anything else (then no caching).
+    Strings are their own keys (Python keeps a string's hash, so a history's strings hash once);
+    other scalars carry their type, because `1`, `1.0` and `True` are equal in Python but not in
+    JSON."""
+    cls = value.__class__
+    if cls is str:
+        return ("s", value)
+    if value is None:
+        return None.__class__
+    if cls is dict:
+        # Most messages hold only strings and None: their items are the key as they are.
+        if all(v.__class__ is str or v is None for v in value.values()) and all(
+            k.__class__ is str for k in value
+        ):
+            return ("d", *value.items())
+        items: list[Any] = ["d"]
+        for k, v in value.items():
+            if k.__class__ is not str:
+                return None
+            vk = content_key(v)
+            if vk is None and v is not None:
+                return None
+            items.append((k, vk))
+        return tuple(items)
+    if cls is list:
+        out: list[Any] = ["l"]
+        for v in value:
+            vk = content_key(v)
+            if vk is None and v is not None:
+                return None
+            out.append(vk)
+        return tuple(out)
+    if cls is int or cls is bool:
+        return (cls.__name__, value)
+    if cls is float:
+        return ("f", repr(value))  # repr tells -0.0 from 0.0 (equal in Python, not in JSON)
+    return None
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _cached(cache: dict[Any, str], encode: Any, value: Any, key: Any) -> str:
+    if key is None or not REMEMBER:
+        return str(encode(value))
+    text = cache.get(key)
+    if text is None:
+        text = encode(value)
+        if len(cache) >= _CACHE_SIZE:
+            cache.clear()  # a simple bound; the next steps refill what they use
+        cache[key] = text
+    return text
+
+
+def canonical_text(value: Any, key: Any = None) -> str:
+    """`json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)`,
+    remembered. `key`, if given, must be `content_key(value)`."""
+    if not REMEMBER:
+        return _canonical(value)
+    return _cached(_CANONICAL, _canonical, value, key if key is not None else content_key(value))
+
+
+def compact_text(value: Any, key: Any = None) -> str:
+    """`json.dumps(value, separators=(",", ":"), ensure_ascii=False)`, remembered. `key`, if given,
+    must be `content_key(value)`."""
+    if not REMEMBER:
+        return _compact(value)
+    return _cached(_COMPACT, _compact, value, key if key is not None else content_key(value))
+
+
+def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str]) -> str:
+    """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` where the list at `path` (keys of
+    nested dicts) is encoded as `"[" + ",".join(texts) + "]"`: `texts` must be the compact texts of
+    that list's items. Only the dicts on `path` are copied; `obj` is not changed."""
+    top = dict(obj)
+    node = top
+    for key in path[:-1]:
+        child = dict(node[key])
+        node[key] = child
+        node = child
+    node[path[-1]] = _MARKER
+    text = _compact(top)
+    if text.count(_MARKER_TEXT) != 1:  # the marker's text also occurs in a value: encode it whole
+        return _compact(obj)
+    return text.replace(_MARKER_TEXT, "[" + ",".join(texts) + "]", 1)

@@ -1,0 +1,96 @@
+"""A step reuses the previous step's per-message results (the working set's message infos, each
+message's JSON text, the request digest's hash state, context decisions written without a JSON round
+trip): the trace and the request bodies are byte for byte those of building every step from scratch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime import _json_text
+from runtime._json_text import compact_text, splice_dumps
+from runtime._trace_writer import TraceWriter, digest, request_digest
+from runtime._working_set import WorkingSetBuilder
+from tests.runtime.replay_conversation import random_script, replay
+
+
+def from_scratch(monkeypatch: pytest.MonkeyPatch, script: dict[str, Any]) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(WorkingSetBuilder, "incremental", False)
+        m.setattr(TraceWriter, "plain_decisions", False)
+        m.setattr(_json_text, "REMEMBER", False)
+        return replay(script)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32),
+    window=st.sampled_from([1500, 3000, 6000, 12000, 60000]),
+    turns=st.integers(2, 10),
+)
+def test_a_conversation_writes_what_a_from_scratch_build_writes(
+    monkeypatch: pytest.MonkeyPatch, seed: int, window: int, turns: int
+) -> None:
+    script = random_script(seed, window=window, turns=turns)
+    lines, bodies, outcomes = replay(script)
+    assert (lines, bodies, outcomes) == from_scratch(monkeypatch, script)
+    # Each digest written is the digest of a request sent (a failed request writes no llm_call).
+    sent = {digest({"messages": b["messages"], "tools": b.get("tools")}) for b in map(json.loads, bodies)}
+    calls = [json.loads(line) for line in lines if b'"event_type":"llm_call"' in line]
+    chat = [c for c in calls if c["metadata"]["purpose"] == "chat"]  # a summary's digest has no tools key
+    assert chat and all(c["llm_request_digest"] in sent for c in chat)
+
+
+def test_a_tight_window_compresses_and_still_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = random_script(5, window=3000, turns=10)
+    lines, bodies, outcomes = replay(script)
+    written = b"\n".join(lines)
+    assert b'"outcome":"compressed"' in written and b'"outcome":"dropped"' in written
+    assert b'"fidelity":"L2"' in written and b'"fidelity":"L3"' in written
+    assert (lines, bodies, outcomes) == from_scratch(monkeypatch, script)
+
+
+def test_the_digest_resumes_only_from_the_same_messages() -> None:
+    a, b, c = ({"role": "user", "content": t} for t in ("one", "two", "three"))
+    for messages in ([a, b], [a, b, c], [a, c], [b], [], [a, b, c], [a, b, c], [a, {"role": "user"}]):
+        assert request_digest(messages, None) == digest({"messages": messages, "tools": None})
+    b["content"] = "changed in place"
+    assert request_digest([a, b, c], []) == digest({"messages": [a, b, c], "tools": []})
+
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), values, max_size=4), st.lists(values, max_size=5))
+def test_a_spliced_list_encodes_as_json_dumps(obj: dict[str, Any], items: list[Any]) -> None:
+    whole = {**obj, "messages": items}
+    texts = [compact_text(v) for v in items]
+    expected = json.dumps(whole, separators=(",", ":"), ensure_ascii=False)
+    assert splice_dumps(whole, ("messages",), texts) == expected
+    assert splice_dumps(whole, ("messages",), [compact_text(v) for v in items]) == expected  # remembered
+
+
+def test_a_value_holding_the_marker_is_encoded_whole() -> None:
+    marker = _json_text._MARKER
+    whole = {"a": marker, "messages": [marker]}
+    texts = [compact_text(marker)]
+    assert splice_dumps(whole, ("messages",), texts) == json.dumps(
+        whole, separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def test_hashing_in_pieces_is_hashing_the_whole() -> None:
+    whole = '{"messages":[' + '"é🚀"' + "," + '"x"' + "]}"
+    h = hashlib.sha256('{"messages":["é🚀"'.encode())
+    h.update(b',"x"]}')
+    assert h.hexdigest() == hashlib.sha256(whole.encode()).hexdigest()
