@@ -48,6 +48,8 @@ NOT_PAGES = {
     "traces:share_link_revoke",
     "traces:note_create",
     "traces:note_resolve",
+    "traces:note_edit",
+    "traces:note_delete",
     "teams:switch",
     "teams:member_role",
     "teams:member_remove",
