@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from collections import Counter
@@ -10,7 +11,7 @@ from datetime import datetime
 from functools import reduce
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -311,18 +312,21 @@ _SAVED = (
 ).split()
 
 
-def _save_run(run: Run) -> None:
-    """Write the run's counters and tally: one UPDATE."""
-    fields = [_column_field(Run, name) for name in _SAVED]
-    row = {f.attname: getattr(run, f.attname) for f in fields}
-    _fit_ints(Run, [row])
+@functools.cache
+def _save_run_sql(vendor: str) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
+    fields = tuple(_column_field(Run, name) for name in _SAVED)
     qn = connection.ops.quote_name
     sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+    return f"UPDATE {qn(Run._meta.db_table)} SET {sets} WHERE id = %s", fields  # noqa: S608  (names are ours)
+
+
+def _save_run(run: Run) -> None:
+    """Write the run's counters and tally: one UPDATE."""
+    sql, fields = _save_run_sql(connection.vendor)
+    row = {f.attname: getattr(run, f.attname) for f in fields}
+    _fit_ints(Run, [row])
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {qn(Run._meta.db_table)} SET {sets} WHERE id = %s",  # noqa: S608  (names are ours)
-            [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk],
-        )
+        cursor.execute(sql, [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk])
 
 
 def _touched_rows(
