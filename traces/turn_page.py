@@ -122,8 +122,10 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
         if decision is not None:
             mds = decision.message_decisions
             table = decision_table_html(queries.decision_rows(mds, prev_mds, pins, number))
-            changes = _listed(queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn))
-            listed = changes_html(changes) if changes is not None else SafeString("")
+            changes = queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn)
+            if changes is not None:
+                changes = _listed(changes)
+                listed = changes_html(changes)
             prev_mds, prev_label, prev_turn = mds, f"turn {step.turn_number} step {step.number}", number
             _drop_message_table(decision)
         out.append(
@@ -148,9 +150,9 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
     )
 
 
-def _listed(changes: queries.StepChanges | None) -> queries.StepChanges | None:
+def _listed(changes: queries.StepChanges) -> queries.StepChanges:
     """`changes` with only the messages the page lists (their count is kept)."""
-    if changes is None or len(changes.changed) <= CHANGES_LISTED:
+    if len(changes.changed) <= CHANGES_LISTED:
         return changes
     return replace(changes, changed=changes.changed[:CHANGES_LISTED])
 
