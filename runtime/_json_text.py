@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["canonical_text", "compact_text", "content_key", "splice_dumps"]
+__all__ = ["canonical_text", "compact_text", "content_key", "flat_texts", "splice_dumps"]
 
 #: Remember texts across calls (and resume request digests); False encodes every value every time
 #: (the reference the tests compare against).
@@ -74,6 +74,50 @@ def content_key(value: Any) -> Any:
     if cls is float:
         return ("f", repr(value))  # repr tells -0.0 from 0.0 (equal in Python, not in JSON)
     return None
+
+
+_FLAT: dict[Any, str] = {}
+_SCALARS = frozenset((str, int, bool, None.__class__))
+
+
+def _flat_key(d: Any) -> Any:
+    """The key of a dict of strings, ints, bools, floats and None, exact about types (of keys and
+    values) and key order (floats by `repr`, which tells -0.0 from 0.0); None for anything else."""
+    if d.__class__ is not dict:
+        return None
+    keys = tuple(d)
+    key_types = tuple(map(type, keys))  # True and 1 are equal keys, but encode as "true" and "1"
+    values = tuple(d.values())
+    has_float = False
+    for v in values:
+        cls = v.__class__
+        if cls not in _SCALARS:
+            if cls is not float:
+                return None
+            has_float = True
+    if has_float:
+        tagged = tuple((float, repr(x)) if x.__class__ is float else (x.__class__, x) for x in values)
+        return ("tagged", keys, key_types, tagged)
+    return ("typed", keys, key_types, tuple(map(type, values)), values)
+
+
+def flat_texts(items: list[Any]) -> list[str]:
+    """`compact_text` of each item, for flat dicts (a context decision's message decisions: the same
+    few values step after step) remembered under `_flat_key`."""
+    out = []
+    for d in items:
+        key = _flat_key(d) if REMEMBER else None
+        if key is None:
+            out.append(_compact(d))
+            continue
+        text = _FLAT.get(key)
+        if text is None:
+            text = _compact(d)
+            if len(_FLAT) >= _CACHE_SIZE * 4:
+                _FLAT.clear()
+            _FLAT[key] = text
+        out.append(text)
+    return out
 
 
 def _canonical(value: Any) -> str:

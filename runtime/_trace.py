@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
+from ._json_text import flat_texts, splice_dumps
 from .errors import TraceFormatError
 
 #: The value of `metadata.producer` on every event our runtime writes.
@@ -285,7 +286,16 @@ class TraceEvent:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """`json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))`. A context
+        decision's message decisions (one per message of the history, mostly the same as the step
+        before's) are encoded through `runtime._json_text.flat_texts` and spliced in."""
+        out = self.to_dict()
+        if self.event_type == "context_decision":
+            decision = self.metadata.get("context_decision")
+            items = decision.get("decisions") if isinstance(decision, dict) else None
+            if isinstance(items, list):
+                return splice_dumps(out, ("metadata", "context_decision", "decisions"), flat_texts(items))
+        return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
     @property
     def is_ours(self) -> bool:

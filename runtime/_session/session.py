@@ -17,7 +17,7 @@ from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter
 from .._tools import Tool, run_tool
 from .._trace_reader import TraceReader
 from .._trace_writer import TraceWriter, digest
-from .._working_set import SUMMARY_MAX_TOKENS, WorkingSetBuilder
+from .._working_set import SUMMARY_MAX_TOKENS, WorkingSet, WorkingSetBuilder
 from ..errors import ConfigError, ContextOverflowError, ProviderError
 from .common import _close_run
 from .events import _loads_or_raw, _SessionEvents
@@ -246,7 +246,7 @@ class ChatSession(_SessionEvents):
                 raise
             latency = resp.latency_ms or int((time.perf_counter() - started) * 1000)
             usage = _add_usage(usage, resp.usage)
-            self._calibrate(ws.messages, tools, resp)
+            self._calibrate(ws, tools, resp)
             assistant = resp.assistant_message()
             self._append(assistant, turn)
             new_messages.append(assistant)
@@ -260,8 +260,9 @@ class ChatSession(_SessionEvents):
             await self._dispatch(resp, turn, step, step_id, calls_made)
         return self._reply(None, turn, max_steps, calls_made, usage, OUTCOME_MAX_STEPS)
 
-    def _calibrate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], resp: Any) -> None:
-        """Feed a calibrated counter the provider's prompt-token figure for what was just sent."""
+    def _calibrate(self, ws: WorkingSet, tools: list[dict[str, Any]], resp: Any) -> None:
+        """Feed a calibrated counter the provider's prompt-token figure for what was just sent
+        (`ws.messages`, counted by the base counter; the builder remembers each message's count)."""
         if (
             not isinstance(self.counter, CalibratedCounter)
             or resp.usage is None
@@ -269,7 +270,7 @@ class ChatSession(_SessionEvents):
         ):
             return
         base = self.counter.base
-        counted = base.count_messages(messages) + base.count_tools(tools)
+        counted = self.builder.base_tokens(ws, base) + base.count_tools(tools)
         self.counter.observe(counted=counted, reported=resp.usage.prompt_tokens)
 
     def _reply(

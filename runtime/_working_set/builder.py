@@ -252,7 +252,7 @@ class WorkingSetBuilder:
     def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
         """Step 6: assemble identity, pins, then the rest in order; one decision per input message
         and per pin, and the report."""
-        messages, decisions = sent_messages_and_decisions(plan)
+        messages, decisions, sources = sent_messages_and_decisions(plan)
         # `total` was kept as a running sum of exact, additive counts, so it equals
         # count_messages(messages) (tests check the identity) without recounting here.
         budget_used = plan.total
@@ -283,6 +283,7 @@ class WorkingSetBuilder:
             summary_call_made=plan.summary_call_made,
             summary_error=plan.summary_error,
             summary_request=plan.summary_request,
+            sources=tuple(sources),
         )
 
     # -- step 1 helpers -----------------------------------------------------------------------
@@ -489,6 +490,29 @@ class WorkingSetBuilder:
             if len(self._infos) > _INFO_CACHE_SIZE:
                 self._infos.popitem(last=False)
         return ikey, info
+
+    def base_tokens(self, ws: WorkingSet, base: TokenCounter) -> int:
+        """`base.count_messages(ws.messages)` for a `ws` this builder built, `base` a plain
+        `TokenCounter` (the one a `CalibratedCounter` scales): each input message's count at each
+        rung is remembered on its cached info (an L0 message has the fields its info was found
+        under, a lower rung is the info's own render), so a step counts only pins and the summary."""
+        if not self.incremental or base.__class__ is not TokenCounter or len(ws.sources) != len(ws.messages):
+            # Only a plain counter's counts are a function of the message alone.
+            return base.count_messages(ws.messages)
+        total = REPLY_PRIMING_TOKENS
+        for m, source in zip(ws.messages, ws.sources, strict=True):
+            if source is None:
+                total += base.count_message(m)
+                continue
+            info, rung = source
+            counts = info.base_counts
+            if counts is None or counts[0] is not base:
+                counts = info.base_counts = (base, {})
+            n = counts[1].get(rung)
+            if n is None:
+                n = counts[1][rung] = base.count_message(m)
+            total += n
+        return total
 
     def _extend(self, info: _MessageInfo) -> bool:
         """Render the next fidelity level that is strictly smaller than the last rung; False when

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
@@ -461,6 +461,9 @@ class WorkingSet:
     summary_call_made: bool = False
     summary_error: str | None = None
     summary_request: list[dict[str, Any]] | None = None
+    #: For each of `messages`: (the builder's cached info of the input message, its rung), or None
+    #: for a pin or the summary; what `WorkingSetBuilder.base_tokens` reads.
+    sources: tuple[tuple[Any, int] | None, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def report(self) -> ContextReport:

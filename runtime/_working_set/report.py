@@ -139,12 +139,20 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
     return text
 
 
-def sent_messages_and_decisions(plan: _Plan) -> tuple[list[dict[str, Any]], list[MessageDecision]]:
+Source = tuple[Any, int] | None
+
+
+def sent_messages_and_decisions(
+    plan: _Plan,
+) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source]]:
     """The messages to send (identity, pins, then the rest in order, the summary where the first
-    summarized message was) and one decision per input message, then per pin, in one pass."""
+    summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
+    message, then per pin, in one pass."""
     slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
     messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
+    sources: list[Source] = [(s.info, 0) for s in slots[:k]]
     messages.extend(plan.pin_msgs)
+    sources.extend(None for _ in plan.pin_msgs)
     placed_summary = False
     make = MessageDecision._of_message
     decisions: list[MessageDecision] = []
@@ -156,11 +164,13 @@ def sent_messages_and_decisions(plan: _Plan) -> tuple[list[dict[str, Any]], list
         if s.index >= k:
             if outcome == "summarized" and not placed_summary and summary_msg is not None:
                 messages.append(summary_msg)
+                sources.append(None)
                 placed_summary = True
             if sent:
                 # L0 sends this step's own message; lower levels a copy of the cached render.
                 rendered = rung[1]
                 messages.append(dict(s.msg) if rendered is None else dict(rendered))
+                sources.append((s.info, s.rung))
         decisions.append(
             make(
                 s.index,
@@ -189,4 +199,4 @@ def sent_messages_and_decisions(plan: _Plan) -> tuple[list[dict[str, Any]], list
         )
         for j, p in enumerate(plan.pins)
     )
-    return messages, decisions
+    return messages, decisions, sources

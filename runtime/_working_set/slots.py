@@ -50,7 +50,7 @@ class _MessageInfo:
     lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
     builder, so a steady-state step neither re-renders nor re-counts old messages."""
 
-    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm")
+    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm", "base_counts")
 
     def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
         self.msg = msg
@@ -59,6 +59,8 @@ class _MessageInfo:
         self.probe = 1  # index in LEVELS of the next level to try
         self.keywords: frozenset[str] | None = None
         self.alarm = False
+        # (a plain counter, {rung: its count of the rung's message}): see `base_tokens`.
+        self.base_counts: tuple[Any, dict[int, int]] | None = None
 
 
 class _Slot:

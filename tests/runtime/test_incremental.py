@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import _json_text
-from runtime._json_text import compact_text, splice_dumps
+from runtime._json_text import compact_text, flat_texts, splice_dumps
 from runtime._trace_writer import TraceWriter, digest, request_digest
 from runtime._working_set import WorkingSetBuilder
 from tests.runtime.replay_conversation import random_script, replay
@@ -94,3 +94,30 @@ def test_hashing_in_pieces_is_hashing_the_whole() -> None:
     h = hashlib.sha256('{"messages":["é🚀"'.encode())
     h.update(b',"x"]}')
     assert h.hexdigest() == hashlib.sha256(whole.encode()).hexdigest()
+
+
+flat_values = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+flat_values |= st.sampled_from([0, 0.0, -0.0, 1, 1.0, True, False, float("nan"), "1"])
+flat_keys = st.text(max_size=3) | st.sampled_from([1, True, 1.0, None, "1", "true"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.dictionaries(flat_keys, flat_values, max_size=4) | values, max_size=6))
+def test_flat_texts_are_json_dumps_of_each_item(items: list[Any]) -> None:
+    expected = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in items]
+    assert flat_texts(items) == expected
+    assert flat_texts(items) == expected  # remembered
+
+
+def test_flat_texts_tell_apart_values_python_finds_equal() -> None:
+    pairs = [
+        ({"a": 1}, {"a": True}),
+        ({"a": 0.0}, {"a": -0.0}),
+        ({"a": 1}, {"a": 1.0}),
+        ({1: "x"}, {True: "x"}),
+    ]
+    for a, b in pairs:
+        assert flat_texts([a, b]) == [
+            json.dumps(a, separators=(",", ":")),
+            json.dumps(b, separators=(",", ":")),
+        ]
