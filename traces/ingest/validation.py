@@ -262,6 +262,8 @@ def _scan(value: Any, depth: int) -> tuple[list[Any], str] | None:
             if "\x00" in x or (not x.isascii() and _SURROGATE.search(x)):
                 return [k], _string_problem(x) or ""
         elif cls is dict or cls is list:
+            if cls is list and depth + 2 <= MAX_DEPTH and _plain_rows(x):  # its rows within the depth
+                continue
             found = _scan(x, depth + 1)
             if found is not None:
                 found[0].insert(0, k)
@@ -284,6 +286,38 @@ def _scan(value: Any, depth: int) -> tuple[list[Any], str] | None:
             if message is not None:
                 return [k], message
     return None
+
+
+def _plain_rows(rows: list[Any]) -> bool:
+    """True when `rows` is a non-empty list of flat objects with the same keys whose values are all
+    fine: the hot shape of an event (a context decision's message decisions, a step's messages).
+    False when anything else is met (a nested value, other keys, a problem), and `_scan` then walks
+    the list as usual and finds (and words) any problem: this only answers faster for the usual case.
+
+    Faster than `_scan` on such a list: the keys are checked once, and there is no call per row."""
+    if not rows or rows[0].__class__ is not dict:
+        return False
+    keys = rows[0].keys()
+    for k in keys:
+        if k.__class__ is not str or "\x00" in k or (not k.isascii() and _SURROGATE.search(k)):
+            return False
+    for row in rows:
+        if row.__class__ is not dict or row.keys() != keys:
+            return False
+        for x in row.values():
+            cls = x.__class__
+            if cls is str:
+                if "\x00" in x or (not x.isascii() and _SURROGATE.search(x)):
+                    return False
+            elif cls is int:
+                if not -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
+                    return False
+            elif cls is float:
+                if x - x != 0:
+                    return False
+            elif not (x is None or cls is bool):
+                return False
+    return True
 
 
 def _field(path: list[Any]) -> str:
