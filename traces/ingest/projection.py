@@ -7,11 +7,12 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from runtime import TraceEvent
 from runtime.facts import (
+    DecisionCounts,
     PinLifetime,
     StepView,
     TurnView,
@@ -94,6 +95,34 @@ assert MESSAGE_DECISION_KEYS == (
 
 
 _INDEX, _OUTCOME, _PINNED, _PIN_ID = 0, 2, 8, 9
+#: The keys `message_decisions` reads from each producer's object, in the order it unpacks them.
+_SOURCE_KEYS = (
+    "index", "role", "outcome", "fidelity", "relevance_score", "token_count_before", "token_count_after",
+    "reason", "pinned", "pin_id",
+)  # fmt: skip
+_outcome_of, _pinned_of = itemgetter(_OUTCOME), itemgetter(_PINNED)
+
+
+def _decision_counts(rows: list[list[Any]], d: dict[str, Any], md: dict[str, Any]) -> DecisionCounts:
+    """`runtime.facts.decision_counts(d, md)`, counted from `rows` (`message_decisions` of the same
+    `decisions` list: one row per object, `pinned` and `outcome` as that function reads them) with
+    C-level counting instead of a second pass over the objects. The producer's `compressed_count`
+    (and its fallback) is read by `decision_counts` itself. Equal by test
+    (tests/traces/test_projection_counts.py)."""
+    pinned = sum(map(_pinned_of, rows))
+    outcomes = Counter(
+        map(_outcome_of, rows) if not pinned else (r[_OUTCOME] for r in rows if not r[_PINNED])
+    )
+    producer = decision_counts({"compressed_count": d.get("compressed_count")}, md).compressed_count
+    return DecisionCounts(
+        kept=outcomes["kept"],
+        compressed=outcomes["compressed"],
+        dropped=outcomes["dropped"],
+        summarized=outcomes["summarized"],
+        pinned=pinned + outcomes["pinned"],  # decision_counts also counts an outcome "pinned"
+        listed=bool(rows),
+        compressed_count=producer,
+    )
 
 
 def message_decisions(value: Any) -> list[list[Any]]:
@@ -110,15 +139,10 @@ def message_decisions(value: Any) -> list[list[Any]]:
             if isinstance(src, dict):
                 append(message_decision(src))
             continue
-        g = src.get
-        index, role, outcome, fidelity = g("index"), g("role"), g("outcome"), g("fidelity")
-        score, before, after, reason = (
-            g("relevance_score"),
-            g("token_count_before"),
-            g("token_count_after"),
-            g("reason"),
+        # One C-level pass for the ten look-ups (`map` over the bound `get`), not ten method calls.
+        index, role, outcome, fidelity, score, before, after, reason, pinned, pin_id = map(
+            src.get, _SOURCE_KEYS
         )
-        pin_id = g("pin_id")
         index = index if index.__class__ is int else _int(index)
         append(
             [
@@ -130,7 +154,7 @@ def message_decisions(value: Any) -> list[list[Any]]:
                 before if before.__class__ is int else _int(before),
                 after if after.__class__ is int else _int(after),
                 reason if reason is None or reason.__class__ is str else _str(reason),
-                g("pinned") is True or reason == "pinned",
+                pinned is True or reason == "pinned",
                 pin_id if pin_id is None or pin_id.__class__ is str else _str(pin_id),
                 index,
             ]
@@ -215,7 +239,7 @@ def _decision_row(sv: StepView, pins: list[PinLifetime]) -> dict[str, Any] | Non
     d = _dict(md.get("context_decision"))
     report = md.get("context_report")
     rows = message_decisions(d.get("decisions"))
-    counts = decision_counts(d, md)
+    counts = _decision_counts(rows, d, md)
     if counts.pinned:
         snapshot = _dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")) if sv.prompt_snapshot else {}
         blocks = iter(
