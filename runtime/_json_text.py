@@ -46,26 +46,40 @@ def content_key(value: Any) -> Any:
         return ("s", value)
     if value is None:
         return None.__class__
+    return _nested_key(value)
+
+
+def _nested_key(value: Any) -> Any:
+    """`content_key` of a value that is neither a string nor None. Inside dicts and lists a string or
+    None stands for itself (every other value's key is a tuple or None), so the key of a message
+    holding only strings and None is its items as they are."""
+    cls = value.__class__
     if cls is dict:
-        # Most messages hold only strings and None: their items are the key as they are.
-        if all(v.__class__ is str or v is None for v in value.values()) and all(
-            k.__class__ is str for k in value
-        ):
+        for k, v in value.items():
+            if k.__class__ is not str or (v is not None and v.__class__ is not str):
+                break
+        else:
             return ("d", *value.items())
         items: list[Any] = ["d"]
         for k, v in value.items():
             if k.__class__ is not str:
                 return None
-            vk = content_key(v)
-            if vk is None and v is not None:
+            if v is None or v.__class__ is str:
+                items.append((k, v))
+                continue
+            vk = _nested_key(v)
+            if vk is None:
                 return None
             items.append((k, vk))
         return tuple(items)
     if cls is list:
         out: list[Any] = ["l"]
         for v in value:
-            vk = content_key(v)
-            if vk is None and v is not None:
+            if v is None or v.__class__ is str:
+                out.append(v)
+                continue
+            vk = _nested_key(v)
+            if vk is None:
                 return None
             out.append(vk)
         return tuple(out)
