@@ -66,6 +66,9 @@ class TurnParts:
     loose_primitives: list[tuple[PrimitiveEvent, str]]  # calls not tied to a step
     prev_turn: int | None
     next_turn: int | None
+    #: The cache key of these parts when the run was not updating ("" else): the step parts drawn from
+    #: them are cached under it too (`turn_page_tags.turn_step_part`).
+    key: str = ""
 
 
 def turn_parts(run: Run, agent: str, number: int) -> TurnParts | None:
@@ -79,6 +82,7 @@ def turn_parts(run: Run, agent: str, number: int) -> TurnParts | None:
             return cached
     built = _build(run, agent, number)
     if built is not None and cacheable:
+        built.key = key
         cache.set(key, built, TURN_CACHE_SECONDS)
     return built
 

@@ -316,3 +316,35 @@ def test_what_changed_is_printed_as_the_template_did(changes: StepChanges) -> No
     expected = Template(CHANGES_REFERENCE).render(Context({"sv": {"changes": changes}}))
     assert turn_page.changes_html(turn_page._listed(changes)) == expected
     assert "<script" not in expected and "<b>" not in expected
+
+
+def test_a_hidden_share_viewed_first_never_hides_the_team_page(
+    project: Project, alice: Any, alice_client: Client
+) -> None:
+    run = _finished_run(project, "hidden-first", "TEAM-ONLY-ANSWER", pin_content="TEAM-ONLY-PIN")
+    cache.clear()
+    _, hidden_token = sharing.do_create_share_link(run, alice, hide_content=True)
+    _, open_token = sharing.do_create_share_link(run, alice)
+    hidden = Client().get(sharing.share_url(hidden_token) + "/turns/1").content.decode()
+    assert "TEAM-ONLY" not in hidden and "[hidden:" in hidden
+    team = alice_client.get(run.turn_url(1)).content.decode()
+    assert "TEAM-ONLY-ANSWER step 2" in team and "TEAM-ONLY-PIN" in team and "[hidden:" not in team
+    shared = Client().get(sharing.share_url(open_token) + "/turns/1").content.decode()
+    assert "TEAM-ONLY-ANSWER step 2" in shared
+    # The shared page's note forms never appear, even though the team's page (with forms) was drawn first.
+    assert "note-form" in team and "note-form" not in shared and "note-form" not in hidden
+
+
+def test_the_step_parts_of_a_finished_run_are_drawn_once(project: Project, alice_client: Client) -> None:
+    run = _finished_run(project, "drawn-once", "drawn answer")
+    cache.clear()
+    alice_client.get(run.turn_url(1))
+    parts = turn_page.turn_parts(run, "", 1)
+    assert parts is not None and parts.key
+    keys = [
+        f"{parts.key}:{sp.step.pk}:{sp.step.number}:{name}:0:0"
+        for sp in parts.steps
+        for name in ("head", "tail")
+    ]
+    cached = [cache.get(k) for k in keys]
+    assert all(isinstance(c, str) for c in cached) and "drawn answer step 2" in "".join(cached)
