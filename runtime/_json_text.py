@@ -91,28 +91,25 @@ def _nested_key(value: Any) -> Any:
 
 
 _FLAT: dict[Any, str] = {}
-_SCALARS = frozenset((str, int, bool, None.__class__))
+_FLAT_TYPES = frozenset((str, int, bool, float, None.__class__))
 
 
 def _flat_key(d: Any) -> Any:
     """The key of a dict of strings, ints, bools, floats and None, exact about types (of keys and
-    values) and key order (floats by `repr`, which tells -0.0 from 0.0); None for anything else."""
+    values) and key order; None for anything else. Equal floats have the same JSON except 0.0 and
+    -0.0, so a dict holding a float zero is keyed by its floats' `repr`."""
     if d.__class__ is not dict:
         return None
     keys = tuple(d)
     key_types = tuple(map(type, keys))  # True and 1 are equal keys, but encode as "true" and "1"
     values = tuple(d.values())
-    has_float = False
-    for v in values:
-        cls = v.__class__
-        if cls not in _SCALARS:
-            if cls is not float:
-                return None
-            has_float = True
-    if has_float:
-        tagged = tuple((float, repr(x)) if x.__class__ is float else (x.__class__, x) for x in values)
-        return ("tagged", keys, key_types, tagged)
-    return ("typed", keys, key_types, tuple(map(type, values)), values)
+    value_types = tuple(map(type, values))
+    if not _FLAT_TYPES.issuperset(value_types):
+        return None
+    if float in value_types and 0.0 in values:
+        values = tuple(repr(x) if x.__class__ is float else x for x in values)
+        return ("zero", keys, key_types, value_types, values)
+    return ("typed", keys, key_types, value_types, values)
 
 
 def flat_texts(items: list[Any]) -> list[str]:
