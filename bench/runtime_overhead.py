@@ -21,6 +21,10 @@ floor: a bare `httpx` POST of the very messages (and tools) the runtime sent, to
 a client that stays open. ratio = send / bare POST (the runtime's whole cost per send: working set,
 trace events written to a JSONL file, bookkeeping). Medians of `--sends`.
 
+The CPU columns are `time.process_time()` of the same sends and POSTs (the whole process: the
+loopback server runs in a thread of it, so both sides include the server's work); on a shared machine
+their ratio moves less than the wall-clock one.
+
 Run: .venv/bin/python bench/runtime_overhead.py [--no-builder] [--sends 15]
 """
 
@@ -190,15 +194,18 @@ async def send_vs_post(n: int, sends: int, trace_dir: str) -> dict[str, float]:
             turns.append(turn)
         state.update(history=history, message_turns=turns, turn=turn)
         times: list[float] = []
+        cpu: list[float] = []
         async with rt.chat(state=state) as chat:
             await chat.send("warm up: what is the plan?")
             for i in range(sends):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 await chat.send(f"question {i}: what is the budget?")
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
         body = server.requests[-1].body
         payload = json.loads(body)
         bare: list[float] = []
+        bare_cpu: list[float] = []
         async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
             headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
 
@@ -210,12 +217,14 @@ async def send_vs_post(n: int, sends: int, trace_dir: str) -> dict[str, float]:
 
             await post()
             for _ in range(sends):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 await post()
                 bare.append(time.perf_counter() - t0)
+                bare_cpu.append(time.process_time() - c0)
         messages = len(server.requests[-1].json["messages"])
     return {"send": statistics.median(times), "bare": statistics.median(bare), "sent": messages,
-            "bytes": len(body)}  # fmt: skip
+            "bytes": len(body), "send_cpu": statistics.median(cpu),
+            "bare_cpu": statistics.median(bare_cpu)}  # fmt: skip
 
 
 def main() -> None:
@@ -229,12 +238,14 @@ def main() -> None:
     if not args.no_builder:
         builder_table()
     print(f"\nsend vs bare HTTP POST of the same request (loopback, medians of {args.sends}):")
-    print(f"{'history':>8} {'sent msgs':>9} {'body KB':>8} {'send ms':>8} {'POST ms':>8} {'ratio':>6}")
+    print(f"{'history':>8} {'sent msgs':>9} {'body KB':>8} {'send ms':>8} {'POST ms':>8} {'ratio':>6}"
+          f" {'send CPU':>9} {'POST CPU':>9} {'CPU ratio':>9}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for n in (200, 1000):
             r = asyncio.run(send_vs_post(n, args.sends, tmp))
             print(f"{n:>8} {r['sent']:>9} {r['bytes'] / 1024:>8.0f} {r['send'] * 1e3:>8.2f} "
-                  f"{r['bare'] * 1e3:>8.2f} {r['send'] / r['bare']:>6.2f}")  # fmt: skip
+                  f"{r['bare'] * 1e3:>8.2f} {r['send'] / r['bare']:>6.2f} {r['send_cpu'] * 1e3:>9.2f} "
+                  f"{r['bare_cpu'] * 1e3:>9.2f} {r['send_cpu'] / r['bare_cpu']:>9.2f}")  # fmt: skip
 
 
 def builder_table() -> None:
