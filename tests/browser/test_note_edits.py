@@ -53,6 +53,7 @@ def test_the_author_edits_and_deletes_a_note_on_the_turn_page(
     edited = item.locator("time.note__edited")
     assert edited.inner_text() == "edited"
     note.refresh_from_db()
+    assert note.edited_at is not None
     assert edited.get_attribute("datetime") == note.edited_at.isoformat()
     assert (edited.get_attribute("title") or "").startswith("edited ")
     assert page.evaluate("window.__xss") is None
