@@ -66,6 +66,7 @@ NOT_PAGES = {
     "traces:compare_live",
     "logout",
     "healthz",
+    "favicon",  # a redirect to the icon file
 }
 
 

@@ -206,6 +206,7 @@ OWN_SCOPE_PAGE = E(anon=302, outsider=200, viewer=200, member=200, admin=200, ow
 TABLE: dict[str, list[Case]] = {
     # Site
     "healthz": [Case("GET", none, E(200, 200, 200, 200, 200, 200))],
+    "favicon.ico": [Case("GET", none, E(302, 302, 302, 302, 302, 302))],
     "accounts/login/": [
         Case("GET", none, E(200, 200, 200, 200, 200, 200)),
         Case(
