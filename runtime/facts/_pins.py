@@ -95,7 +95,9 @@ def decision_rows(cd: TraceEvent | None) -> list[dict[str, Any]]:
 
 
 def _pinned_decisions(cd: TraceEvent | None) -> list[dict[str, Any]]:
-    return [d for d in decision_rows(cd) if is_pinned_row(d)]
+    # `is_pinned_row` inlined (the rows are objects already): this runs over every message decision
+    # of a run each time it is projected.
+    return [d for d in decision_rows(cd) if d.get("reason") == "pinned" or d.get("pinned") is True]
 
 
 def pin_lifetimes(turns: Iterable[TurnView]) -> list[PinLifetime]:
