@@ -195,7 +195,7 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
         existing: set[tuple[str, str]] = set()
         seen_runs = [rid for rid in run_ids if runs[rid].events > 0]
         if seen_runs:
-            existing = _stored_keys(project, seen_runs, [sid for rid in seen_runs for sid in by_run[rid]])
+            existing = _stored_keys(project, [(rid, sid) for rid in seen_runs for sid in by_run[rid]])
         now = timezone.now()
         # Raw rows as plain tuples (not model instances): this is the hottest loop of ingestion.
         new_rows: list[tuple[Any, ...]] = []
@@ -231,15 +231,31 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
     return statuses
 
 
-def _stored_keys(project: Project, run_ids: list[str], step_ids: list[str]) -> set[tuple[str, str]]:
-    """The (run_id, step_id) pairs among these that are stored already: one query, in SQL (building it
-    with the ORM cost a small batch more than running it)."""
-    sql = (
-        f"SELECT run_id, step_id FROM {connection.ops.quote_name(Event._meta.db_table)} WHERE project_id = %s "
-        f"AND run_id IN ({', '.join(['%s'] * len(run_ids))}) AND step_id IN ({', '.join(['%s'] * len(step_ids))})"
-    )  # noqa: S608  (names are ours; values are parameters)
+def _stored_keys(project: Project, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The (run_id, step_id) pairs among `keys` that are stored already: one query, in SQL (building it
+    with the ORM cost a small batch more than running it).
+
+    PostgreSQL: one probe of the unique index per key. Why not `run_id IN (…) AND step_id IN (…)`: a live
+    run's rows are newer than the table's statistics, so the planner believes the run has one row and
+    scanned every event of the run through another (project, run_id, …) index, filtering (~30 ms a batch
+    at 12,000 events, growing with the run)."""
+    table = connection.ops.quote_name(Event._meta.db_table)
+    params: list[Any]
+    if connection.vendor == "postgresql":
+        sql = (
+            f"SELECT run_id, step_id FROM {table} WHERE (project_id, run_id, step_id) IN "
+            "(SELECT %s, unnest(%s::text[]), unnest(%s::text[]))"
+        )  # noqa: S608  (names are ours; values are parameters)
+        params = [project.pk, [r for r, _ in keys], [s for _, s in keys]]
+    else:
+        run_ids, step_ids = sorted({r for r, _ in keys}), sorted({s for _, s in keys})
+        sql = (
+            f"SELECT run_id, step_id FROM {table} WHERE project_id = %s "
+            f"AND run_id IN ({', '.join(['%s'] * len(run_ids))}) AND step_id IN ({', '.join(['%s'] * len(step_ids))})"
+        )  # noqa: S608  (names are ours; values are parameters)
+        params = [project.pk, *run_ids, *step_ids]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project.pk, *run_ids, *step_ids])
+        cursor.execute(sql, params)
         return set(cursor.fetchall())
 
 
