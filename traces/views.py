@@ -288,7 +288,7 @@ def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[s
             "primitives": sp.primitives,
             "snapshot": sp.snapshot,
             # The step's drawn parts are cached with the turn's (templates/traces/_turn_step_*.html).
-            "part_key": f"{parts.key}:{sp.step.pk}:{sp.step.number}" if parts.key else "",
+            "part_key": parts.key,
         }
         for sp in parts.steps
     ]

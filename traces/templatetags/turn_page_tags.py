@@ -3,8 +3,8 @@
 A step's header, context decision, decision table, prompt snapshot, output and primitive calls come
 from the run's projections only; what depends on the reader (notes, note forms and their CSRF token)
 sits between the two parts in `_turn_steps.html` and is drawn on every request. A finished run's step
-view carries `part_key` (`traces.turn_page`: the run's primary key, project, id, `updated_at`, agent,
-turn and step); the parts are cached under it together with whether the page is shared and whether
+view carries `part_key` (`traces.turn_page.cache_key`: the run's primary key, project, id, `updated_at`,
+agent and turn); the parts are cached under it together with whether the page is shared and whether
 its content is hidden, since `traces.sharing.redact` changes what they show. A step view without
 `part_key` (a run that is updating) is drawn afresh every time.
 """
@@ -24,18 +24,27 @@ PARTS = ("head", "tail")
 
 @register.simple_tag(takes_context=True)
 def turn_step_part(context: template.Context, name: str) -> SafeString:
-    """`traces/_turn_step_<name>.html` drawn with the page's context (its `sv`, `step`, `decision`)."""
+    """`traces/_turn_step_<name>.html` drawn with the page's context (its `sv`, `step`, `decision`).
+
+    A turn's drawn parts share one cache entry per kind of page (team, open share, hidden share), so
+    a turn view adds two entries to the cache whatever its number of steps."""
     if name not in PARTS:
         raise template.TemplateSyntaxError(f"turn_step_part: no part {name!r}")
-    part_key = context.get("sv", {}).get("part_key")
-    key = ""
-    if part_key:
-        key = f"{part_key}:{name}:{int(bool(context.get('shared')))}:{int(bool(context.get('hide_content')))}"
+    sv = context.get("sv") or {}
+    turn_key = sv.get("part_key")
+    key = part = ""
+    drawn: dict[str, str] = {}
+    if turn_key:
+        key = f"{turn_key}:drawn:{int(bool(context.get('shared')))}:{int(bool(context.get('hide_content')))}"
+        part = f"{sv['step'].pk}:{sv['step'].number}:{name}"
         cached = cache.get(key)
-        if isinstance(cached, str):
-            return mark_safe(cached)  # noqa: S308 (drawn by the auto-escaping template below)
+        if isinstance(cached, dict):
+            drawn = cached
+            if isinstance(drawn.get(part), str):
+                return mark_safe(drawn[part])  # noqa: S308 (drawn by the auto-escaping template below)
     assert context.template is not None
     html = context.template.engine.get_template(f"traces/_turn_step_{name}.html").render(context)
     if key:
-        cache.set(key, str(html), TURN_CACHE_SECONDS)
+        drawn[part] = str(html)
+        cache.set(key, drawn, TURN_CACHE_SECONDS)
     return mark_safe(html)  # noqa: S308 (the template auto-escapes every value)
