@@ -1,6 +1,7 @@
 """CI smoke test of the production shape, as on separate machines.
 
-DEBUG off, PostgreSQL, Redis, uploads in the database (ARCANA_STORAGE=database), two gunicorn
+DEBUG off, PostgreSQL, Redis (broker, results and the shared page cache), uploads in the database
+(ARCANA_STORAGE=database), two gunicorn
 processes and two Celery workers (plus beat), each with a data folder of its own: they share nothing
 but PostgreSQL and Redis. Checks: `check --deploy` is clean with the documented production settings;
 both web nodes see both workers on both queues; an upload sent to web node A is processed by a
@@ -51,6 +52,7 @@ def base_env(data_dir: Path) -> dict[str, str]:
         DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
         CELERY_BROKER_URL="redis://127.0.0.1:6379/14",
         CELERY_RESULT_BACKEND="redis://127.0.0.1:6379/15",
+        ARCANA_CACHE_URL="redis://127.0.0.1:6379/13",
         ALLOWED_HOSTS="127.0.0.1,localhost",
         ARCANA_DATA_DIR=str(data_dir),
         ARCANA_STORAGE="database",

@@ -147,3 +147,18 @@ def envbroker(name: str, default: str, *, environ: Mapping[str, str] | None = No
             f"{name} must be a Celery broker URL ({', '.join(s + '://' for s in _BROKER_SCHEMES)}), got {value!r}"
         )
     return value
+
+
+def envcache(name: str, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The `default` entry of Django's CACHES from a URL: empty for this process's memory (the default),
+    `redis://host:6379/2` (or `rediss://`) for one cache shared by every web node."""
+    value = envstr(name, environ=environ) or ""
+    if not value:
+        return {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            # A finished run's fidelity maps and turn parts: bounded, oldest dropped first.
+            "OPTIONS": {"MAX_ENTRIES": 2000},
+        }
+    if value.split("://", 1)[0] not in ("redis", "rediss"):
+        raise ImproperlyConfigured(f"{name} must be empty or a redis:// URL, got {value!r}")
+    return {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": value}

@@ -7,13 +7,14 @@ The defaults are the embedded set-up: a SQLite file and a file-system Celery bro
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import sys
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from arcana_site.env import envbool, envbroker, envchoice, envdatabase, envint, envlist, envstr
+from arcana_site.env import envbool, envbroker, envcache, envchoice, envdatabase, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Pages and static files: the checkout's templates/ and static/, or where a wheel install put them
@@ -131,6 +132,19 @@ STORAGES = {
     },
     "staticfiles": {"BACKEND": "arcana_site.staticfiles.StaticStorage"},
 }
+
+# A finished run's drawn parts (fidelity map, turn page, compare) are cached by the run's state:
+# in this process's memory by default, in Redis (`ARCANA_CACHE_URL`) to share them between web nodes.
+CACHES = {"default": envcache("ARCANA_CACHE_URL")}
+if "LOCATION" in CACHES["default"]:
+    # A shared cache outlives a deployment: its keys carry a digest of the code and templates that
+    # drew the parts, so a new version never serves an older one's HTML.
+    _drawn_by = sorted((ASSETS_DIR / "templates").rglob("*.html")) + sorted(
+        (BASE_DIR / "traces").rglob("*.py")
+    )
+    CACHES["default"]["KEY_PREFIX"] = hashlib.sha256(b"".join(p.read_bytes() for p in _drawn_by)).hexdigest()[
+        :12
+    ]
 
 # Bodies above this size are refused with 413 (API batches and uploads alike).
 ARCANA_MAX_UPLOAD_BYTES = envint("ARCANA_MAX_UPLOAD_BYTES", default=100_000_000, minimum=1024)

@@ -6,7 +6,7 @@ import re
 
 from tests.conftest import ROOT
 
-READERS = r"env(?:str|bool|int|list|choice|broker|database|float)"
+READERS = r"env(?:str|bool|int|list|choice|broker|database|float|cache)"
 
 
 def setting_variables() -> set[str]:

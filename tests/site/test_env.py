@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from arcana_site.env import envbool, envbroker, envdatabase, envint, envlist
+from arcana_site.env import envbool, envbroker, envcache, envdatabase, envint, envlist
 from tests.conftest import ROOT
 
 
@@ -164,3 +164,45 @@ def test_it_logs_time_level_and_logger(fmt: str) -> None:
         assert re.fullmatch(
             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING traces\.tasks upload 7 reclaimed", line
         )
+
+
+def test_it_caches_in_memory_unless_a_redis_url_is_given() -> None:
+    assert envcache("ARCANA_CACHE_URL", environ={})["BACKEND"].endswith("LocMemCache")
+    shared = envcache("ARCANA_CACHE_URL", environ={"ARCANA_CACHE_URL": "redis://cache:6379/2"})
+    assert shared == {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://cache:6379/2",
+    }
+    with pytest.raises(ImproperlyConfigured, match="ARCANA_CACHE_URL must be empty or a redis:// URL"):
+        envcache("ARCANA_CACHE_URL", environ={"ARCANA_CACHE_URL": "memcached://cache:11211"})
+
+
+def test_a_shared_cache_is_keyed_by_the_code_that_drew_it(tmp_path: Path) -> None:
+    """Two processes with the same ARCANA_CACHE_URL share entries; the key prefix is a digest of the
+    templates and code, so a deployment with other templates does not read them."""
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not broker.startswith("redis://"):
+        if os.environ.get("ARCANA_REQUIRE_SERVICES") == "1":
+            pytest.fail("CELERY_BROKER_URL must name the Redis server this test uses")
+        pytest.skip("needs Redis (CELERY_BROKER_URL=redis://…)")
+    cache_url = broker.rsplit("/", 1)[0] + "/12"
+    code = (
+        "import django, os, sys; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'arcana_site.settings'); "
+        "django.setup(); from django.conf import settings; from django.core.cache import cache; "
+        "cache.set('probe', sys.argv[1]) if sys.argv[1] else None; "
+        "print(settings.CACHES['default']['KEY_PREFIX'], cache.get('probe'))"
+    )
+
+    def run(value: str) -> list[str]:
+        env = {**os.environ, "DEBUG": "True", "ARCANA_CACHE_URL": cache_url, "ARCANA_DATA_DIR": str(tmp_path)}
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        result = subprocess.run(
+            [sys.executable, "-c", code, value], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    marker = f"drawn-{os.getpid()}"
+    prefix, stored = run(marker)
+    assert re.fullmatch(r"[0-9a-f]{12}", prefix) and stored == marker
+    assert run("") == [prefix, marker]  # another process reads what the first one drew
