@@ -139,12 +139,10 @@ CACHES = {"default": envcache("ARCANA_CACHE_URL")}
 if "LOCATION" in CACHES["default"]:
     # A shared cache outlives a deployment: its keys carry a digest of the code and templates that
     # drew the parts, so a new version never serves an older one's HTML.
-    _drawn_by = sorted((ASSETS_DIR / "templates").rglob("*.html")) + sorted(
-        (BASE_DIR / "traces").rglob("*.py")
-    )
-    CACHES["default"]["KEY_PREFIX"] = hashlib.sha256(b"".join(p.read_bytes() for p in _drawn_by)).hexdigest()[
-        :12
-    ]
+    _drawn_by = sorted((ASSETS_DIR / "templates").rglob("*.html"))
+    _drawn_by += sorted(p for package in ("traces", "runtime") for p in (BASE_DIR / package).rglob("*.py"))
+    _digest = hashlib.sha256(b"".join(p.read_bytes() for p in _drawn_by))
+    CACHES["default"]["KEY_PREFIX"] = _digest.hexdigest()[:12]
 
 # Bodies above this size are refused with 413 (API batches and uploads alike).
 ARCANA_MAX_UPLOAD_BYTES = envint("ARCANA_MAX_UPLOAD_BYTES", default=100_000_000, minimum=1024)
