@@ -242,13 +242,10 @@ _keys: dict[str, tuple[float, ApiKey]] = {}
 
 
 class IngestKeyAuthentication(ApiKeyAuthentication):
-    """`ApiKeyAuthentication` whose look-up of a key (a query joining its project and team, ~1 ms of a
-    live batch of 20 events) a process remembers for `KEY_CACHE_SECONDS`.
-
-    Safe because the ingest views' rate-limit count (`traces.ratelimit.hit`) reads the key's row on
-    every request and refuses a key revoked or deleted since (401), in every process at once; what is
-    remembered is only which project a key belongs to, which never changes. A key saved or deleted in
-    this process is forgotten at once (`_forget_key`)."""
+    """`ApiKeyAuthentication` whose key look-up (a query joining project and team, ~1 ms of a live batch)
+    a process remembers for `KEY_CACHE_SECONDS`. Safe: the ingest views' rate-limit count
+    (`traces.ratelimit.hit`) reads the key's row every request and refuses a key revoked or deleted since
+    (401), in every process at once; a key saved or deleted in this process is forgotten (`_forget_key`)."""
 
     def find_key(self, key_hash: str) -> ApiKey | None:
         now = time.monotonic()
@@ -256,12 +253,10 @@ class IngestKeyAuthentication(ApiKeyAuthentication):
         if cached is not None and cached[0] > now:
             return cached[1]
         key = super().find_key(key_hash)
-        if key is None:
-            _keys.pop(key_hash, None)
-            return None
         if len(_keys) >= 1000:
             _keys.clear()  # bounded: a process rarely sees more than a few keys
-        _keys[key_hash] = (now + KEY_CACHE_SECONDS, key)
+        if key is not None:
+            _keys[key_hash] = (now + KEY_CACHE_SECONDS, key)
         return key
 
 
