@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["canonical_text", "compact_text", "content_key", "flat_texts", "splice_dumps"]
+__all__ = ["canonical_text", "compact_text", "content_key", "content_keys", "flat_texts", "splice_dumps"]
 
 #: Remember texts across calls (and resume request digests); False encodes every value every time
 #: (the reference the tests compare against).
@@ -47,6 +47,14 @@ def content_key(value: Any) -> Any:
     if value is None:
         return None.__class__
     return _nested_key(value)
+
+
+def content_keys(values: Sequence[Any]) -> list[Any]:
+    """`content_key` of each value: a step keys its messages once, for both the request body
+    (`compact_text`) and the request digest (`canonical_text`)."""
+    if not REMEMBER:
+        return [None] * len(values)
+    return [content_key(v) for v in values]
 
 
 def _nested_key(value: Any) -> Any:

@@ -148,7 +148,7 @@ def digest(value: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def request_digest(messages: Sequence[Any], tools: Any) -> str:
+def request_digest(messages: Sequence[Any], tools: Any, keys: Sequence[Any] | None = None) -> str:
     """`digest({"messages": messages, "tools": tools})`, the same 16 hex digits, with each message's
     canonical JSON remembered across steps and the hash of the previous request's messages resumed.
 
@@ -158,11 +158,15 @@ def request_digest(messages: Sequence[Any], tools: Any) -> str:
     is `{"messages":[` + the messages' texts joined by "," + `],"tools":` + T's text + `}` (sorted keys,
     compact separators), so only messages not seen before are encoded (`runtime._json_text`); and when
     the previous request's message texts begin this one's, the SHA-256 state after them is copied and
-    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8)."""
+    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8). `keys`, if given,
+    must be `content_keys(messages)` (the ones the request body was encoded with)."""
     global _LAST_MESSAGES
     if not _json_text.REMEMBER:
         return digest({"messages": messages, "tools": tools})
-    parts = [canonical_text(m) for m in messages]
+    if keys is None or len(keys) != len(messages):
+        parts = [canonical_text(m) for m in messages]
+    else:
+        parts = [canonical_text(m, k) for m, k in zip(messages, keys, strict=True)]
     last = _LAST_MESSAGES
     h = None
     if last is not None:

@@ -8,7 +8,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,10 @@ class OpenAICompatibleProvider:
     bound to the event loop of the call that created it; a call from another loop gets a new one.
     """
 
+    #: `complete()` takes `message_keys` (the messages' `content_keys`, worked out once per step by
+    #: the session and shared with the request digest).
+    takes_message_keys = True
+
     def __init__(
         self,
         name: str,
@@ -204,9 +208,11 @@ class OpenAICompatibleProvider:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        message_keys: Sequence[Any] | None = None,
     ) -> bytes:
         """The exact bytes `complete()` sends for these arguments: `json.dumps` of the body (compact,
-        no ASCII escaping), each message's text encoded once per process (`runtime._json_text`)."""
+        no ASCII escaping), each message's text encoded once per process (`runtime._json_text`).
+        `message_keys`, if given, must be `content_keys(messages)` (taken when the caller has them)."""
         body: dict[str, Any] = {"model": model or self.model, "messages": messages}
         if tools:
             body["tools"] = tools
@@ -220,7 +226,10 @@ class OpenAICompatibleProvider:
         if messages.__class__ is not list or not _json_text.REMEMBER:
             return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         # Each message's text is remembered across steps (the history is sent again at every step).
-        texts = [compact_text(m) for m in messages]
+        if message_keys is None or len(message_keys) != len(messages):
+            texts = [compact_text(m) for m in messages]
+        else:
+            texts = [compact_text(m, k) for m, k in zip(messages, message_keys, strict=True)]
         return splice_dumps(body, ("messages",), texts).encode("utf-8")
 
     async def complete(
@@ -231,12 +240,18 @@ class OpenAICompatibleProvider:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        message_keys: Sequence[Any] | None = None,
     ) -> ProviderResponse:
         """One chat completion, retried as the class docstring says. `latency_ms` is the duration of
         the successful attempt; `extra` holds `attempts` and the response `id` when the server sent one."""
         used_model = model or self.model
         body = self.request_body(
-            messages, tools=tools, model=used_model, temperature=temperature, max_tokens=max_tokens
+            messages,
+            tools=tools,
+            model=used_model,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            message_keys=message_keys,
         )
         client = self._get_client()
         attempts = self.max_retries + 1

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._config import RuntimeConfig
@@ -136,6 +136,7 @@ class _SessionEvents:
         step: int,
         step_id: str,
         latency: int,
+        keys: Sequence[Any] | None = None,
     ) -> None:
         total = resp.usage.total_tokens if resp.usage else 0
         budgets = self.writer.budgets.add(total, latency)
@@ -146,7 +147,7 @@ class _SessionEvents:
             parent_step_id=step_id,
             model=self._model_name(resp),
             llm_latency_ms=latency,
-            llm_request_digest=request_digest(messages, tools),
+            llm_request_digest=request_digest(messages, tools, keys),
             llm_response_digest=digest(resp.assistant_message()),
             budgets=budgets,
             metadata={

@@ -4,8 +4,11 @@ trip): the trace and the request bodies are byte for byte those of building ever
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ from runtime import _json_text
 from runtime._json_text import compact_text, flat_texts, splice_dumps
 from runtime._trace_writer import TraceWriter, digest, request_digest
 from runtime._working_set import WorkingSetBuilder
-from tests.runtime.replay_conversation import random_script, replay
+from tests.runtime.replay_conversation import lookup, random_script, replay
 
 
 def from_scratch(monkeypatch: pytest.MonkeyPatch, script: dict[str, Any]) -> Any:
@@ -121,3 +124,64 @@ def test_flat_texts_tell_apart_values_python_finds_equal() -> None:
             json.dumps(a, separators=(",", ":")),
             json.dumps(b, separators=(",", ":")),
         ]
+
+
+messages_lists = st.lists(
+    st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name"]), values, max_size=4),
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages_lists, st.lists(values, max_size=2) | st.none())
+def test_keys_worked_out_once_encode_the_body_and_the_digest(messages: list[Any], tools: Any) -> None:
+    from runtime._json_text import content_keys
+    from runtime._providers.openai import OpenAICompatibleProvider
+
+    provider = OpenAICompatibleProvider("p", base_url="http://127.0.0.1:9/v1", model="m")
+    keys = content_keys(messages)
+    body = provider.request_body(messages, tools=tools, message_keys=keys)
+    want: dict[str, Any] = {"model": "m", "messages": messages}
+    if tools:
+        want["tools"] = tools
+    assert body == json.dumps(want, separators=(",", ":"), ensure_ascii=False).encode()
+    assert request_digest(messages, tools, keys) == digest({"messages": messages, "tools": tools})
+
+
+def test_a_message_changed_in_place_between_steps_is_keyed_again(tmp_path: Path) -> None:
+    """The keys belong to one step: a history message whose nested fields (a tool call's arguments, a
+    content part) change in place between steps is sent, and digested, as it is now."""
+    import runtime
+    from tests.runtime.openai_server import OpenAIServer
+
+    async def converse(base_url: str, server: Any) -> list[tuple[bytes, list[dict[str, Any]]]]:
+        rt = runtime.Runtime(
+            providers={"openai": {"api_key": "k", "base_url": base_url, "model": "gpt-4"}},
+            config=runtime.RuntimeConfig(context_window=60_000, trace_dir=str(tmp_path)),
+            tools=[lookup],
+        )
+        sent: list[tuple[bytes, list[dict[str, Any]]]] = []
+        async with rt, rt.chat(system="You plan launches.", run_id="run") as chat:
+            server.enqueue_tool_calls([("lookup", {"query": "budget"})])
+            server.enqueue_text("The budget is 40k.")
+            await chat.send("What is the budget?")
+            call = next(m for m in chat.history if m.get("tool_calls"))
+            for new in ("budget 2026", "budget ünïcode 🚀", "budget 2026"):
+                call["tool_calls"][0]["function"]["arguments"] = json.dumps({"query": new})
+                chat.history[1]["content"] = [{"type": "text", "text": new}]
+                server.enqueue_text("Noted.")
+                await chat.send(f"And {new}?")
+                sent.append((server.requests[-1].body, copy.deepcopy(chat.history[:-1])))
+        return sent
+
+    with OpenAIServer() as server:
+        sent = asyncio.run(converse(server.base_url, server))
+    for body, history in sent:
+        messages = json.loads(body)["messages"]
+        assert messages == history  # everything fits: the history as it was when sent
+    # Each chat call's digest is the digest of the request it sent.
+    events = [json.loads(x) for x in (tmp_path / "run.jsonl").read_text().splitlines()]
+    digests = [e["llm_request_digest"] for e in events if e["event_type"] == "llm_call"][-3:]
+    assert digests == [
+        digest({"messages": json.loads(b)["messages"], "tools": json.loads(b)["tools"]}) for b, _ in sent
+    ]
