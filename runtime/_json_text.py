@@ -19,7 +19,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["canonical_text", "compact_text", "content_key", "content_keys", "flat_texts", "splice_dumps"]
+__all__ = [
+    "MessageTexts",
+    "canonical_of",
+    "canonical_text",
+    "compact_of",
+    "compact_text",
+    "content_key",
+    "flat_texts",
+    "message_texts",
+    "splice_dumps",
+]
 
 #: Remember texts across calls (and resume request digests); False encodes every value every time
 #: (the reference the tests compare against).
@@ -49,12 +59,60 @@ def content_key(value: Any) -> Any:
     return _nested_key(value)
 
 
-def content_keys(values: Sequence[Any]) -> list[Any]:
-    """`content_key` of each value: a step keys its messages once, for both the request body
-    (`compact_text`) and the request digest (`canonical_text`)."""
+class MessageTexts:
+    """The two texts of one keyed value (`compact`, `canonical`), each encoded when first asked for,
+    shared by every value with the same `content_key`."""
+
+    __slots__ = ("compact", "canonical")
+
+    def __init__(self) -> None:
+        self.compact: str | None = None
+        self.canonical: str | None = None
+
+
+_TEXTS: dict[Any, MessageTexts] = {}
+
+
+def message_texts(values: Sequence[Any]) -> list[MessageTexts | None]:
+    """The `MessageTexts` of each value, found under its `content_key` (None for a value that cannot
+    be keyed): a step keys and looks up its messages once, for both the request body
+    (`compact_of`) and the request digest (`canonical_of`)."""
     if not REMEMBER:
         return [None] * len(values)
-    return [content_key(v) for v in values]
+    out: list[MessageTexts | None] = []
+    texts = _TEXTS
+    for v in values:
+        key = content_key(v)
+        if key is None:
+            out.append(None)
+            continue
+        entry = texts.get(key)
+        if entry is None:
+            if len(texts) >= _CACHE_SIZE:
+                texts.clear()  # entries already handed out stay valid: they belong to their key
+            entry = texts[key] = MessageTexts()
+        out.append(entry)
+    return out
+
+
+def compact_of(value: Any, entry: MessageTexts | None) -> str:
+    """`compact_text(value)`; `entry` must be `value`'s entry from `message_texts` (or None)."""
+    if entry is None:
+        return compact_text(value)
+    text = entry.compact
+    if text is None:
+        text = entry.compact = _compact(value)
+    return text
+
+
+def canonical_of(value: Any, entry: MessageTexts | None) -> str:
+    """`canonical_text(value)`; `entry` must be `value`'s entry from `message_texts` (or None)."""
+    if entry is None:
+        return canonical_text(value)
+    text = entry.canonical
+    if text is None:
+        text = entry.canonical = _canonical(value)
+    return text
 
 
 def _nested_key(value: Any) -> Any:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from . import _json_text
-from ._json_text import canonical_text
+from ._json_text import MessageTexts, canonical_of, canonical_text
 from ._trace import PRODUCER, TraceEvent
 
 logger = logging.getLogger("runtime.trace")
@@ -148,7 +148,9 @@ def digest(value: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def request_digest(messages: Sequence[Any], tools: Any, keys: Sequence[Any] | None = None) -> str:
+def request_digest(
+    messages: Sequence[Any], tools: Any, texts: Sequence[MessageTexts | None] | None = None
+) -> str:
     """`digest({"messages": messages, "tools": tools})`, the same 16 hex digits, with each message's
     canonical JSON remembered across steps and the hash of the previous request's messages resumed.
 
@@ -158,15 +160,15 @@ def request_digest(messages: Sequence[Any], tools: Any, keys: Sequence[Any] | No
     is `{"messages":[` + the messages' texts joined by "," + `],"tools":` + T's text + `}` (sorted keys,
     compact separators), so only messages not seen before are encoded (`runtime._json_text`); and when
     the previous request's message texts begin this one's, the SHA-256 state after them is copied and
-    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8). `keys`, if given,
-    must be `content_keys(messages)` (the ones the request body was encoded with)."""
+    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8). `texts`, if given,
+    must be `message_texts(messages)` (the ones the request body was encoded with)."""
     global _LAST_MESSAGES
     if not _json_text.REMEMBER:
         return digest({"messages": messages, "tools": tools})
-    if keys is None or len(keys) != len(messages):
+    if texts is None or len(texts) != len(messages):
         parts = [canonical_text(m) for m in messages]
     else:
-        parts = [canonical_text(m, k) for m, k in zip(messages, keys, strict=True)]
+        parts = [canonical_of(m, e) for m, e in zip(messages, texts, strict=True)]
     last = _LAST_MESSAGES
     h = None
     if last is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from .. import _json_text
-from .._json_text import compact_text, splice_dumps
+from .._json_text import MessageTexts, compact_of, compact_text, splice_dumps
 from .._provider_types import ProviderResponse, ToolCall, Usage
 from .._retry import parse_retry_after, retry_delay
 from ..errors import (
@@ -133,9 +133,9 @@ class OpenAICompatibleProvider:
     bound to the event loop of the call that created it; a call from another loop gets a new one.
     """
 
-    #: `complete()` takes `message_keys` (the messages' `content_keys`, worked out once per step by
+    #: `complete()` takes `message_texts` (the messages' `MessageTexts`, looked up once per step by
     #: the session and shared with the request digest).
-    takes_message_keys = True
+    takes_message_texts = True
 
     def __init__(
         self,
@@ -208,11 +208,11 @@ class OpenAICompatibleProvider:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        message_keys: Sequence[Any] | None = None,
+        message_texts: Sequence[MessageTexts | None] | None = None,
     ) -> bytes:
         """The exact bytes `complete()` sends for these arguments: `json.dumps` of the body (compact,
         no ASCII escaping), each message's text encoded once per process (`runtime._json_text`).
-        `message_keys`, if given, must be `content_keys(messages)` (taken when the caller has them)."""
+        `message_texts`, if given, must be `message_texts(messages)` (taken when the caller has them)."""
         body: dict[str, Any] = {"model": model or self.model, "messages": messages}
         if tools:
             body["tools"] = tools
@@ -226,10 +226,10 @@ class OpenAICompatibleProvider:
         if messages.__class__ is not list or not _json_text.REMEMBER:
             return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         # Each message's text is remembered across steps (the history is sent again at every step).
-        if message_keys is None or len(message_keys) != len(messages):
+        if message_texts is None or len(message_texts) != len(messages):
             texts = [compact_text(m) for m in messages]
         else:
-            texts = [compact_text(m, k) for m, k in zip(messages, message_keys, strict=True)]
+            texts = [compact_of(m, e) for m, e in zip(messages, message_texts, strict=True)]
         return splice_dumps(body, ("messages",), texts).encode("utf-8")
 
     async def complete(
@@ -240,7 +240,7 @@ class OpenAICompatibleProvider:
         model: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        message_keys: Sequence[Any] | None = None,
+        message_texts: Sequence[MessageTexts | None] | None = None,
     ) -> ProviderResponse:
         """One chat completion, retried as the class docstring says. `latency_ms` is the duration of
         the successful attempt; `extra` holds `attempts` and the response `id` when the server sent one."""
@@ -251,7 +251,7 @@ class OpenAICompatibleProvider:
             model=used_model,
             temperature=temperature,
             max_tokens=max_tokens,
-            message_keys=message_keys,
+            message_texts=message_texts,
         )
         client = self._get_client()
         attempts = self.max_retries + 1

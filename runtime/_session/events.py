@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._config import RuntimeConfig
+from .._json_text import MessageTexts
 from .._primitives import PrimitiveOutcome
 from .._provider_types import Provider, ProviderResponse, Usage
 from .._tokens import CalibratedCounter, TokenCounter
@@ -136,7 +137,7 @@ class _SessionEvents:
         step: int,
         step_id: str,
         latency: int,
-        keys: Sequence[Any] | None = None,
+        texts: Sequence[MessageTexts | None] | None = None,
     ) -> None:
         total = resp.usage.total_tokens if resp.usage else 0
         budgets = self.writer.budgets.add(total, latency)
@@ -147,7 +148,7 @@ class _SessionEvents:
             parent_step_id=step_id,
             model=self._model_name(resp),
             llm_latency_ms=latency,
-            llm_request_digest=request_digest(messages, tools, keys),
+            llm_request_digest=request_digest(messages, tools, texts),
             llm_response_digest=digest(resp.assistant_message()),
             budgets=budgets,
             metadata={

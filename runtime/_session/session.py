@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._config import ALL_PRIMITIVE_TOOL_NAMES
-from .._json_text import content_keys
+from .._json_text import message_texts
 from .._primitives import CognitiveHandler
 from .._provider_types import Provider, ProviderResponse, Usage
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter
@@ -239,16 +239,16 @@ class ChatSession(_SessionEvents):
             self._emit_decision(ws.decision, turn, step, step_id)
             if self.config.trace_include_prompt_snapshots:
                 self._emit_snapshot(ws.messages, tools, turn, step, step_id)
-            # Each message is keyed once for both the request body and the request digest (a
-            # provider that does not take the keys gets the messages alone, and the digest keys them).
-            keyed = getattr(self.provider, "takes_message_keys", False) is True
-            keys = content_keys(ws.messages) if keyed else None
+            # Each message is keyed and looked up once for both the request body and the request
+            # digest (a provider that does not take them gets the messages alone).
+            keyed = getattr(self.provider, "takes_message_texts", False) is True
+            texts = message_texts(ws.messages) if keyed else None
             started = time.perf_counter()
             try:
-                if keys is not None:
-                    provider: Any = self.provider  # its `complete()` also takes `message_keys`
+                if texts is not None:
+                    provider: Any = self.provider  # its `complete()` also takes `message_texts`
                     resp = await provider.complete(
-                        ws.messages, tools=tools_arg, model=self.model, message_keys=keys
+                        ws.messages, tools=tools_arg, model=self.model, message_texts=texts
                     )
                 else:
                     resp = await self.provider.complete(ws.messages, tools=tools_arg, model=self.model)
@@ -263,7 +263,7 @@ class ChatSession(_SessionEvents):
             new_messages.append(assistant)
             last = step == max_steps and bool(resp.tool_calls)
             self._emit_turn(resp, new_messages, turn, step, step_id, latency, exhausted=last)
-            self._emit_llm_call(ws.messages, tools_arg, resp, turn, step, step_id, latency, keys)
+            self._emit_llm_call(ws.messages, tools_arg, resp, turn, step, step_id, latency, texts)
             new_messages = []
             if not resp.tool_calls:
                 outcome = OUTCOME_ANSWERED if resp.content else OUTCOME_EMPTY

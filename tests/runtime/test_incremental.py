@@ -134,22 +134,46 @@ messages_lists = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(messages_lists, st.lists(values, max_size=2) | st.none())
-def test_keys_worked_out_once_encode_the_body_and_the_digest(messages: list[Any], tools: Any) -> None:
-    from runtime._json_text import content_keys
+def test_texts_looked_up_once_encode_the_body_and_the_digest(messages: list[Any], tools: Any) -> None:
+    from runtime._json_text import message_texts
     from runtime._providers.openai import OpenAICompatibleProvider
 
     provider = OpenAICompatibleProvider("p", base_url="http://127.0.0.1:9/v1", model="m")
-    keys = content_keys(messages)
-    body = provider.request_body(messages, tools=tools, message_keys=keys)
+    texts = message_texts(messages)
+    body = provider.request_body(messages, tools=tools, message_texts=texts)
     want: dict[str, Any] = {"model": "m", "messages": messages}
     if tools:
         want["tools"] = tools
     assert body == json.dumps(want, separators=(",", ":"), ensure_ascii=False).encode()
-    assert request_digest(messages, tools, keys) == digest({"messages": messages, "tools": tools})
+    assert request_digest(messages, tools, texts) == digest({"messages": messages, "tools": tools})
+
+
+def test_values_python_finds_equal_do_not_share_texts() -> None:
+    from runtime._json_text import message_texts
+    from runtime._providers.openai import OpenAICompatibleProvider
+
+    provider = OpenAICompatibleProvider("p", base_url="http://127.0.0.1:9/v1", model="m")
+    messages: list[Any] = [
+        {"role": "user", "content": "x", "n": 1},
+        {"content": "x", "role": "user", "n": 1},
+        {"role": "user", "content": "x", "n": True},
+        {"role": "user", "content": "x", "n": 1.0},
+        {"role": "user", "content": "x", "n": -0.0},
+        {"role": "user", "content": "x", "n": 0.0},
+        {"role": "user", "content": ["x", {"b": "1", "a": "2"}]},
+        {"role": "user", "content": ["x", {"a": "2", "b": "1"}]},
+    ]
+    for _ in range(2):  # the second time every text is the one remembered
+        texts = message_texts(messages)
+        assert len({id(e) for e in texts}) == len(messages)
+        body = provider.request_body(messages, message_texts=texts)
+        want = json.dumps({"model": "m", "messages": messages}, separators=(",", ":"), ensure_ascii=False)
+        assert body == want.encode()
+        assert request_digest(messages, None, texts) == digest({"messages": messages, "tools": None})
 
 
 def test_a_message_changed_in_place_between_steps_is_keyed_again(tmp_path: Path) -> None:
-    """The keys belong to one step: a history message whose nested fields (a tool call's arguments, a
+    """The texts a step looks up belong to that step: a history message whose nested fields (a tool call's arguments, a
     content part) change in place between steps is sent, and digested, as it is now."""
     import runtime
     from tests.runtime.openai_server import OpenAIServer
