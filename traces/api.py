@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,14 +19,12 @@ from django.core.files import File
 from django.core.handlers.wsgi import LimitedStream
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
-from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
 from django.http import Http404, HttpResponseRedirect
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, permissions, status
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.parsers import BaseParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,10 +32,9 @@ from rest_framework.views import APIView, exception_handler, set_rollback
 
 from runtime import errors as runtime_errors
 from traces import ingest, teams
-from traces.authentication import ApiKeyAuthentication, key_of
+from traces.authentication import KEY_CACHE_SECONDS, ApiKeyAuthentication, key_of
 from traces.models import (
     Action,
-    ApiKey,
     Event,
     PrimitiveEvent,
     Project,
@@ -236,42 +232,18 @@ class RawBodyParser(BaseParser):
         return {}
 
 
-#: How long a process remembers an API key it looked up for ingest (see `IngestKeyAuthentication`).
-KEY_CACHE_SECONDS = 10.0
-_keys: dict[str, tuple[float, ApiKey]] = {}
-
-
-class IngestKeyAuthentication(ApiKeyAuthentication):
-    """`ApiKeyAuthentication` whose key look-up (a query joining project and team, ~1 ms of a live batch)
-    a process remembers for `KEY_CACHE_SECONDS`. Safe: the ingest views' rate-limit count
-    (`traces.ratelimit.hit`) reads the key's row every request and refuses a key revoked or deleted since
-    (401), in every process at once; a key saved or deleted in this process is forgotten (`_forget_key`)."""
-
-    def find_key(self, key_hash: str) -> ApiKey | None:
-        now = time.monotonic()
-        cached = _keys.get(key_hash)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        key = super().find_key(key_hash)
-        if len(_keys) >= 1000:
-            _keys.clear()  # bounded: a process rarely sees more than a few keys
-        if key is not None:
-            _keys[key_hash] = (now + KEY_CACHE_SECONDS, key)
-        return key
-
-
-@receiver([post_save, post_delete], sender=ApiKey)
-def _forget_key(sender: type[ApiKey], instance: ApiKey, **kwargs: Any) -> None:
-    _keys.pop(instance.key_hash, None)
-
-
 class IngestView(ChunkedBodyMixin, BaseView):
     """Store a batch of trace events for the key's project."""
 
     def body_limit(self) -> int:
         return int(settings.ARCANA_MAX_INGEST_BYTES)
 
-    authentication_classes = [IngestKeyAuthentication]
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        # The key look-up remembered for a while: this view's rate-limit count re-reads the key's row
+        # every request and refuses a key revoked or deleted since (`traces.ratelimit.hit`).
+        return [ApiKeyAuthentication(remember_seconds=KEY_CACHE_SECONDS)]
+
+    authentication_classes = [ApiKeyAuthentication]
     parser_classes = [RawBodyParser]
     key_scope = "ingest"
     throttle_classes = [IngestRateThrottle]

@@ -6,10 +6,13 @@ scope everything to `request.auth.project`. Only the key's sha256 is stored; rev
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -53,6 +56,11 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     keyword = "Bearer"
 
+    def __init__(self, remember_seconds: float = 0.0) -> None:
+        # > 0: this process remembers a key it looked up for that long (`find_key`); only for views
+        # that re-check revocation on every request themselves (the ingest view's rate-limit count).
+        self.remember_seconds = remember_seconds
+
     def authenticate(self, request: Request) -> tuple[ProjectKeyUser, ApiKey] | None:
         header = authentication.get_authorization_header(request).split()
         if not header or header[0].lower() != self.keyword.lower().encode():
@@ -73,15 +81,37 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         return ProjectKeyUser(key), key
 
     def find_key(self, key_hash: str) -> ApiKey | None:
-        """The unrevoked key with this hash, with its project and team."""
-        return (
+        """The unrevoked key with this hash, with its project and team (remembered for
+        `remember_seconds`, forgotten when the key is saved or deleted in this process)."""
+        now = time.monotonic()
+        if self.remember_seconds:
+            cached = _keys.get(key_hash)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+        key = (
             ApiKey.objects.select_related("project__team")
             .filter(key_hash=key_hash, revoked_at__isnull=True)
             .first()
         )
+        if self.remember_seconds and key is not None:
+            if len(_keys) >= 1000:
+                _keys.clear()  # bounded: a process rarely sees more than a few keys
+            _keys[key_hash] = (now + self.remember_seconds, key)
+        return key
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword
+
+
+#: How long the ingest view's process remembers an API key it looked up (a query joining project and
+#: team, ~1 ms of a live batch of 20 events).
+KEY_CACHE_SECONDS = 10.0
+_keys: dict[str, tuple[float, ApiKey]] = {}
+
+
+@receiver([post_save, post_delete], sender=ApiKey)
+def _forget_key(sender: type[ApiKey], instance: ApiKey, **kwargs: Any) -> None:
+    _keys.pop(instance.key_hash, None)
 
 
 def key_of(request: Any) -> ApiKey | None:

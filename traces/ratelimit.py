@@ -40,7 +40,7 @@ def limit_and_window() -> tuple[int, int]:
 def hit(key: ApiKey, now: float | None = None) -> Verdict:
     """Count one ingest request of `key`; refuse it when the key has used up its current window, or
     when it is revoked: the count's UPDATE reads the key's row, so every request learns a revocation
-    at once, whatever a process remembers of the key (`traces.api.IngestKeyAuthentication`)."""
+    at once, whatever a process remembers of the key (`ApiKeyAuthentication.remember_seconds`)."""
     limit, window = limit_and_window()
     if limit <= 0:
         return Verdict(True) if _active(key) else Verdict(False, revoked=True)

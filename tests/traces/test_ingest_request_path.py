@@ -1,4 +1,4 @@
-"""The ingest request around the batch: the API key remembered per process (`IngestKeyAuthentication`)
+"""The ingest request around the batch: the API key remembered per process (`ApiKeyAuthentication(remember_seconds=…)`)
 yet a revoked or deleted key refused at once, and the rate-limit count in one statement."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.traces.views_helpers import envelope
-from traces import api, ratelimit, teams
+from traces import authentication, ratelimit, teams
 from traces.models import ApiKey, Project, Run
 
 
@@ -26,7 +26,7 @@ def _post(c: Client, run_id: str) -> Any:
 
 @pytest.fixture
 def key_client(project: Project, alice: Any) -> tuple[ApiKey, Client]:
-    api._keys.clear()
+    authentication._keys.clear()
     key, raw = teams.do_create_api_key(project, alice, "k", ApiKey.Scope.INGEST)
     return key, Client(headers={"Authorization": f"Bearer {raw}"})
 
@@ -57,7 +57,7 @@ def test_a_key_revoked_elsewhere_stops_at_once(
     key, c = key_client
     assert _post(c, "r1").status_code == 200
     teams.do_revoke_api_key(key, alice)  # a queryset UPDATE
-    assert key.key_hash in api._keys  # still remembered here
+    assert key.key_hash in authentication._keys  # still remembered here
     r = _post(c, "r2")
     assert r.status_code == 401 and r.json()["error"] == "Invalid or revoked API key."
     assert not Run.objects.filter(run_id="r2").exists()
@@ -66,9 +66,9 @@ def test_a_key_revoked_elsewhere_stops_at_once(
 def test_a_key_revoked_or_deleted_in_this_process_is_forgotten(key_client: tuple[ApiKey, Client]) -> None:
     key, c = key_client
     assert _post(c, "r1").status_code == 200
-    assert key.key_hash in api._keys
+    assert key.key_hash in authentication._keys
     ApiKey.objects.get(pk=key.pk).revoke()
-    assert key.key_hash not in api._keys
+    assert key.key_hash not in authentication._keys
     assert _post(c, "r2").status_code == 401
     ApiKey.objects.filter(pk=key.pk).update(revoked_at=None)
     assert _post(c, "r3").status_code == 200
