@@ -314,6 +314,25 @@ def _insert_events(rows: list[tuple[Any, ...]]) -> None:
         cp.write(_event_copy_text(rows))
 
 
+def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
+    """PostgreSQL, a live batch to runs that already have events: insert the rows not stored yet and
+    return their (run_id, step_id). The unique (project, run_id, step_id) index is the conflict arbiter,
+    probed once per row, whatever the table's statistics say: a live run's rows are newer than them, so
+    a duplicate check by query was planned as a scan of the run's every event (growing with the run)."""
+    dict_rows = [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows]
+    _fit_ints(Event, dict_rows)
+    qn = connection.ops.quote_name
+    table, columns = qn(Event._meta.db_table), ", ".join(qn(c) for c in _EVENT_COLUMNS)
+    sql = (
+        f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s) "
+        f"ON CONFLICT ({qn('project_id')}, {qn('run_id')}, {qn('step_id')}) DO NOTHING "
+        f"RETURNING {qn('run_id')}, {qn('step_id')}"
+    )  # noqa: S608  (names are ours; values are one parameter)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_json_rows(dict_rows)])
+        return set(cursor.fetchall())
+
+
 def _event_copy_text(rows: list[tuple[Any, ...]]) -> str:
     """`_copy_line` of every raw event row, with the column types known (the same text, about half
     the time: no per-cell dispatch, and `received_at` is the same for the whole batch)."""
