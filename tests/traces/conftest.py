@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from traces import ingest
 from traces.models import ApiKey, Membership, Project, Team
 
 PASSWORD = "password"
@@ -107,3 +108,17 @@ def samples(project: Project) -> Project:
 
     ingest_samples(project)
     return project
+
+
+@pytest.fixture
+def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each call of the turn-by-turn path answered (True: it projected the batch itself)."""
+    answers: list[bool] = []
+    real = ingest.do_project_turns
+
+    def observed(*args: Any, **kwargs: Any) -> bool:
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(ingest.writing, "do_project_turns", observed)  # where `do_ingest` looks it up
+    return answers

@@ -13,25 +13,10 @@ import pytest
 
 from tests.traces.helpers import our_run, projection_snapshot, sample_events
 from tests.traces.views_helpers import OUR_RUN
-from traces import ingest
 from traces.ingest import do_rebuild_projections, ingest_events
 from traces.models import Event, Pin, Project, Run, Step
 
 Events = list[dict[str, Any]]
-
-
-@pytest.fixture
-def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """What each call of the turn-by-turn path answered (True: it projected the batch itself)."""
-    answers: list[bool] = []
-    real = ingest.do_project_turns
-
-    def observed(*args: Any, **kwargs: Any) -> bool:
-        answers.append(real(*args, **kwargs))
-        return answers[-1]
-
-    monkeypatch.setattr(ingest.writing, "do_project_turns", observed)  # where `do_ingest` looks it up
-    return answers
 
 
 def _stream(project: Project, events: Events, rng: random.Random, *, shuffle: bool) -> None:

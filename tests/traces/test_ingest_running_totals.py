@@ -17,27 +17,12 @@ from hypothesis import strategies as st
 from runtime import TraceEvent
 from runtime.facts import status_from_last
 from tests.traces.helpers import our_run, projection_snapshot
-from traces import ingest
 from traces.ingest import do_rebuild_projections, ingest_events
 from traces.ingest.incremental import _Tally
 from traces.ingest.projection import _sort_key
 from traces.models import Event, Project, Run, Step
 
 EVENTS = our_run("tally-1", agents=("planner", "critic"), turns=3, steps=2)
-
-
-@pytest.fixture
-def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """What each call of the turn-by-turn path answered (True: it projected the batch itself)."""
-    answers: list[bool] = []
-    real = ingest.do_project_turns
-
-    def observed(*args: Any, **kwargs: Any) -> bool:
-        answers.append(real(*args, **kwargs))
-        return answers[-1]
-
-    monkeypatch.setattr(ingest.writing, "do_project_turns", observed)
-    return answers
 
 
 def assert_tally_is_a_recount(run: Run) -> None:
