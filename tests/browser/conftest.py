@@ -114,6 +114,19 @@ def login(browser: Any, live_server: Any, username: str, viewport: dict[str, int
     return page
 
 
+def note_on_step(page: Any, live_server: Any, turn_url: str, step: int, label: str, body: str) -> Any:
+    """Open a turn page and write a note on one step's decision through its "Add a note" form; returns
+    that step's notes block once the page has come back."""
+    page.goto(live_server.url + turn_url)
+    notes = page.locator(f"#step-{step}-notes")
+    notes.locator("summary", has_text="Add a note").click()
+    notes.locator("select[name=label]").select_option(label)
+    notes.locator("textarea[name=body]").fill(body)
+    with page.expect_navigation():
+        notes.locator("form.note-form button[type=submit]").click()
+    return page.locator(f"#step-{step}-notes")
+
+
 def shoot(page: Any, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)

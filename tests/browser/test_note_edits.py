@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import login, shoot
+from tests.browser.conftest import login, note_on_step, shoot
 from tests.traces.views_helpers import PIN_RUN, ingest_samples
 from traces.models import AuditLog, Note, Project, Run
 
@@ -26,13 +26,7 @@ def test_the_author_edits_and_deletes_a_note_on_the_turn_page(
     ingest_samples(project)
     run = Run.objects.get(run_id=PIN_RUN)
     page = login(browser, live_server, "alice")
-    page.goto(live_server.url + run.turn_url(2))
-    notes = page.locator("#step-1-notes")
-    notes.locator("summary", has_text="Add a note").click()
-    notes.locator("select[name=label]").select_option("question")
-    notes.locator("textarea[name=body]").fill("The budget was dropped here.")
-    with page.expect_navigation():
-        notes.locator("form.note-form button[type=submit]").click()
+    note_on_step(page, live_server, run.turn_url(2), 1, "question", "The budget was dropped here.")
     note = Note.objects.get()
     item = page.locator(f"#note-{note.pk}")
     assert item.locator(".note__edited").count() == 0

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.browser.conftest import LAPTOP, PHONE, login, shoot
+from tests.browser.conftest import LAPTOP, PHONE, login, note_on_step, shoot
 from tests.traces.views_helpers import OUR_RUN, OURS, PIN_RUN, POOL_RUN, ingest_samples
 from traces import sharing
 from traces.ingest import ingest_events
@@ -141,13 +141,8 @@ def test_a_member_notes_a_decision_and_resolves_it(
     ingest_samples(project)
     run = Run.objects.get(run_id=PIN_RUN)
     page = login(browser, live_server, "alice")
-    page.goto(live_server.url + run.turn_url(2))
-    notes = page.locator("#step-1-notes")
-    notes.locator("summary", has_text="Add a note").click()
-    notes.locator("select[name=label]").select_option("bug")
-    notes.locator("textarea[name=body]").fill("The customer's budget was dropped here.")
-    notes.locator("button[type=submit]").click()
-    page.wait_for_url("**/turns/2#step-1-notes")
+    note_on_step(page, live_server, run.turn_url(2), 1, "bug", "The customer's budget was dropped here.")
+    assert page.url.endswith("/turns/2#step-1-notes"), page.url
     assert "The customer's budget was dropped here." in page.locator("#step-1-notes .notes").inner_text()
     note = Note.objects.get()
     assert (note.turn_number, note.step_number, note.label) == (2, 1, "bug")
