@@ -89,5 +89,20 @@
     };
   }
 
-  window.ArcanaPoll = { fragment: fragment };
+  /* A `render` for `fragment`: each element of the new fragment marked data-part="<id>" replaces the
+     children of the page's element with that id (parts of the page outside `el`, e.g. a sidebar); the
+     rest replaces `el`'s children. */
+  function renderParts(el) {
+    return function (root) {
+      if (!root) return;
+      root.querySelectorAll("[data-part]").forEach(function (part) {
+        var target = document.getElementById(part.getAttribute("data-part"));
+        if (target) target.replaceChildren.apply(target, Array.prototype.slice.call(part.childNodes));
+        part.remove();
+      });
+      el.replaceChildren(root);
+    };
+  }
+
+  window.ArcanaPoll = { fragment: fragment, renderParts: renderParts };
 })();

@@ -143,15 +143,7 @@
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {
       // The fragment also carries the pin lanes and cognitive events (data-part): each goes to the
       // element of its id further down the page; the rest (stats, timeline) replaces #run-live.
-      render: function (root) {
-        if (!root) return;
-        root.querySelectorAll("[data-part]").forEach(function (part) {
-          var target = document.getElementById(part.getAttribute("data-part"));
-          if (target) target.replaceChildren.apply(target, Array.prototype.slice.call(part.childNodes));
-          part.remove();
-        });
-        live.replaceChildren(root);
-      },
+      render: window.ArcanaPoll.renderParts(live),
       onUpdate: function () {
         document.querySelectorAll("[data-fmap-live]").forEach(refreshMap);
       },

@@ -19,15 +19,7 @@
   if (live && window.ArcanaPoll) {
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {
       // The fragment also carries the active pins (data-part="turn-pins"), for the sidebar.
-      render: function (root) {
-        if (!root) return;
-        root.querySelectorAll("[data-part]").forEach(function (part) {
-          var target = document.getElementById(part.getAttribute("data-part"));
-          if (target) target.replaceChildren.apply(target, Array.prototype.slice.call(part.childNodes));
-          part.remove();
-        });
-        live.replaceChildren(root);
-      },
+      render: window.ArcanaPoll.renderParts(live),
     });
   }
 })();
