@@ -13,7 +13,7 @@ from django.db import connection
 from django.template import Context, Template
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from tests.traces.views_helpers import XSS, decision, ingest_live_run, our_step
 from traces import sharing, turn_page
@@ -346,3 +346,10 @@ def test_the_step_parts_of_a_finished_run_are_drawn_once(project: Project, alice
     assert isinstance(drawn, dict) and sorted(drawn) == sorted(names)
     assert "drawn answer step 2" in "".join(drawn.values())
     assert cache.get(f"{parts.key}:drawn:1:1") is None  # a hidden share draws its own
+    # The next view serves the drawn parts from the cache (marked so: only template output is trusted).
+    drawn[names[0]] = mark_safe(drawn[names[0]] + "<!-- from the cache -->")
+    cache.set(f"{parts.key}:drawn:0:0", drawn)
+    assert "<!-- from the cache -->" in alice_client.get(run.turn_url(1)).content.decode()
+    drawn[names[0]] = str(drawn[names[0]]) + "<!-- a plain string -->"  # not drawn by the template
+    cache.set(f"{parts.key}:drawn:0:0", drawn)
+    assert "<!-- a plain string -->" not in alice_client.get(run.turn_url(1)).content.decode()

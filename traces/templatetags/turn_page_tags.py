@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from django import template
 from django.core.cache import cache
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from traces.turn_page import TURN_CACHE_SECONDS
 
@@ -33,18 +33,19 @@ def turn_step_part(context: template.Context, name: str) -> SafeString:
     sv = context.get("sv") or {}
     turn_key = sv.get("part_key")
     key = part = ""
-    drawn: dict[str, str] = {}
+    drawn: dict[str, SafeString] = {}
     if turn_key:
         key = f"{turn_key}:drawn:{int(bool(context.get('shared')))}:{int(bool(context.get('hide_content')))}"
         part = f"{sv['step'].pk}:{sv['step'].number}:{name}"
         cached = cache.get(key)
         if isinstance(cached, dict):
             drawn = cached
-            if isinstance(drawn.get(part), str):
-                return mark_safe(drawn[part])  # noqa: S308 (drawn by the auto-escaping template below)
+            found = drawn.get(part)
+            if isinstance(found, SafeString):  # only what the auto-escaping template below drew
+                return found
     assert context.template is not None
     html = context.template.engine.get_template(f"traces/_turn_step_{name}.html").render(context)
     if key:
-        drawn[part] = str(html)
+        drawn[part] = html
         cache.set(key, drawn, TURN_CACHE_SECONDS)
-    return mark_safe(html)  # noqa: S308 (the template auto-escapes every value)
+    return html
