@@ -294,7 +294,11 @@ class TraceEvent:
             decision = self.metadata.get("context_decision")
             items = decision.get("decisions") if isinstance(decision, dict) else None
             if isinstance(items, list):
-                return splice_dumps(out, ("metadata", "context_decision", "decisions"), flat_texts(items))
+                # The texts the writer was given (`TraceWriter.emit(decision_texts=...)`), while the
+                # decisions are still the dicts they are the texts of.
+                known = self.__dict__.get("_decision_texts")
+                texts = known[1] if known is not None and items == known[0] else flat_texts(items)
+                return splice_dumps(out, ("metadata", "context_decision", "decisions"), texts)
         return json.dumps(out, ensure_ascii=False, separators=(",", ":"))
 
     @property

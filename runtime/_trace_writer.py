@@ -312,6 +312,7 @@ class TraceWriter:
         parent_step_id: str | None = None,
         step_id: str | None = None,
         plain_metadata: bool = False,
+        decision_texts: tuple[list[dict[str, Any]], list[str]] | None = None,
         **envelope: Any,
     ) -> TraceEvent | None:
         """Write one event. `metadata` keys come after producer/turn/step/source_agent; envelope
@@ -326,7 +327,12 @@ class TraceWriter:
         `plain_metadata=True` says `metadata` was built for this event alone, of dicts, lists, strings,
         ints, floats, bools and None only (as `ContextDecision.to_metadata()` is): it is then taken as
         it is, without the JSON round trip that otherwise copies it (the same values either way; the
-        round trip of a context decision with a decision per message cost as much as writing it)."""
+        round trip of a context decision with a decision per message cost as much as writing it).
+
+        `decision_texts` = (shapes, texts), for a `context_decision` event: the message decisions'
+        dicts and each one's compact JSON text (`ContextDecision.decision_shapes()` and
+        `decision_texts()`); the event's JSON then splices those texts in while its message decisions
+        equal those dicts (`TraceEvent.to_json`)."""
         if self.sink is None:
             return None
         md: dict[str, Any] = {"producer": PRODUCER, "turn": turn, "step": step}
@@ -358,6 +364,8 @@ class TraceWriter:
             metadata=md if plain_metadata else _json_safe(md),
             **fields,
         )
+        if decision_texts is not None:
+            event.__dict__["_decision_texts"] = decision_texts
         try:
             self.sink.write(event)
         except Exception:

@@ -40,13 +40,16 @@ class _SessionEvents:
         if isinstance(self.counter, CalibratedCounter):
             # The counts are calibrated estimates (the model's tokenizer is not one tiktoken has).
             metadata["context_report"]["token_counts"] = self.counter.describe()
+        plain = self.writer.plain_decisions
         self.writer.emit(
             "context_decision",
             turn=turn,
             step=step,
             parent_step_id=step_id,
             metadata=metadata,
-            plain_metadata=self.writer.plain_decisions,
+            plain_metadata=plain,
+            # Each message decision's JSON text, made once per decision (most are the step before's).
+            decision_texts=(decision.decision_shapes(), decision.decision_texts()) if plain else None,
         )
 
     def _emit_snapshot(

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from .._tokens import REPLY_PRIMING_TOKENS, TokenCounter, default_counter
+from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
 from .records import (
     LEVELS,
@@ -34,6 +34,7 @@ _SUMMARY_SYSTEM = "You are a conversation summarizer. Be concise."
 # Messages whose count, ladder and keywords a builder remembers between steps.
 _INFO_CACHE_SIZE = 32_768
 _LEVEL_INDEX = {level: i for i, level in enumerate(LEVELS)}
+_INT_COUNTERS = (TokenCounter, CalibratedCounter)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,7 +253,9 @@ class WorkingSetBuilder:
     def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
         """Step 6: assemble identity, pins, then the rest in order; one decision per input message
         and per pin, and the report."""
-        messages, decisions, sources = sent_messages_and_decisions(plan)
+        # A decision made before is taken again only with a plain counter's int counts.
+        remember = self.incremental and self.counter.__class__ in _INT_COUNTERS
+        messages, decisions, sources = sent_messages_and_decisions(plan, remember=remember)
         # `total` was kept as a running sum of exact, additive counts, so it equals
         # count_messages(messages) (tests check the identity) without recounting here.
         budget_used = plan.total

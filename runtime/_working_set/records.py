@@ -253,7 +253,27 @@ class MessageDecision:
     pin_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The trace shape; `pinned` / `pin_id` only appear on pin blocks (as docs/trace-format.md)."""
+        """The trace shape; `pinned` / `pin_id` only appear on pin blocks (as docs/trace-format.md).
+        A new dict each call (a copy of `_shape()`)."""
+        return self._shape().copy()
+
+    def _shape(self) -> dict[str, Any]:
+        """The trace shape, made once per decision and shared: never hand it out to be changed."""
+        shape: dict[str, Any] | None = self.__dict__.get("_shape_dict")
+        if shape is None:
+            shape = self.__dict__["_shape_dict"] = self._make_dict()
+        return shape
+
+    def _text(self) -> str:
+        """The compact JSON text of `_shape()` (as a JSONL line holds it), made once per decision."""
+        text: str | None = self.__dict__.get("_shape_text")
+        if text is None:
+            text = self.__dict__["_shape_text"] = json.dumps(
+                self._shape(), separators=(",", ":"), ensure_ascii=False
+            )
+        return text
+
+    def _make_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "index": self.index,
             "role": self.role,
@@ -426,11 +446,24 @@ class ContextDecision:
             "compressed_count": self.compressed_count,
             "memory_injected": False,
             "history_compressed": self.history_compressed,
-            "decisions": [d.to_dict() for d in self.decisions],
+            "decisions": list(map(dict.copy, self.decision_shapes())),
             "skill_selections": [],
             "compressed_messages": [],
             "explanation": self.explanation,
         }
+
+    def decision_shapes(self) -> list[dict[str, Any]]:
+        """Each message decision's trace shape, shared (`to_dict()` gives copies): what
+        `decision_texts()` are the texts of."""
+        shapes: list[dict[str, Any]] | None = self.__dict__.get("_shapes")
+        if shapes is None:
+            shapes = self.__dict__["_shapes"] = [d._shape() for d in self.decisions]
+        return shapes
+
+    def decision_texts(self) -> list[str]:
+        """The compact JSON text of each message decision's trace shape, in order; a decision the
+        builder made at an earlier step (the same fields) keeps its text."""
+        return [d._text() for d in self.decisions]
 
     def to_metadata(self) -> dict[str, Any]:
         """The whole `metadata` of a `context_decision` event except `producer`, `turn`, `step` and

@@ -141,9 +141,16 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
 
 Source = tuple[Any, int] | None
 
+# The message decisions made so far, by their fields: a step's decisions are mostly the step
+# before's (the same message at the same place, graded the same), and a decision made once keeps its
+# trace shape and JSON text (`MessageDecision._text`). The fields' types are fixed (int, str, str,
+# str or None, float or None, int, int, str), so equal fields are the same decision.
+_DECISIONS: dict[tuple[Any, ...], MessageDecision] = {}
+_DECISIONS_SIZE = 65_536
+
 
 def sent_messages_and_decisions(
-    plan: _Plan,
+    plan: _Plan, *, remember: bool = True
 ) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source]]:
     """The messages to send (identity, pins, then the rest in order, the summary where the first
     summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
@@ -154,7 +161,10 @@ def sent_messages_and_decisions(
     messages.extend(plan.pin_msgs)
     sources.extend(None for _ in plan.pin_msgs)
     placed_summary = False
+    made: dict[tuple[Any, ...], MessageDecision] = _DECISIONS if remember else {}
     make = MessageDecision._of_message
+    if len(made) >= _DECISIONS_SIZE:
+        made.clear()  # decisions already handed out stay valid: each is its fields
     decisions: list[MessageDecision] = []
     # One pass: each slot's decision and, after the identity, its message.
     for s in slots:
@@ -171,18 +181,20 @@ def sent_messages_and_decisions(
                 rendered = rung[1]
                 messages.append(dict(s.msg) if rendered is None else dict(rendered))
                 sources.append((s.info, s.rung))
-        decisions.append(
-            make(
-                s.index,
-                s.role,
-                outcome,
-                rung[0] if sent else None,
-                s.score,
-                s.l0,
-                rung[2] if sent else 0,
-                s.reason,
-            )
+        fields = (
+            s.index,
+            s.role,
+            outcome,
+            rung[0] if sent else None,
+            s.score,
+            s.l0,
+            rung[2] if sent else 0,
+            s.reason,
         )
+        decision = made.get(fields)
+        if decision is None:
+            decision = made[fields] = make(*fields)
+        decisions.append(decision)
 
     decisions.extend(
         MessageDecision(
