@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.cache import cache
+from django.utils.safestring import SafeString
 
 from runtime.facts import rendered_pins
 from traces.models import (
@@ -19,6 +20,7 @@ from traces.models import (
     Run,
     unpack_message_decisions,
 )
+from traces.run_page import fidelity_groups_html
 
 
 def outcome_class(d: Mapping[str, Any]) -> str:
@@ -91,6 +93,9 @@ class FidelityMap:
     top: float
     legend: list[tuple[str, str]] = field(default_factory=list)
     truncated_rows: bool = False
+    #: The drawn groups (`traces.run_page.fidelity_groups_html`), kept with the map in the cache: a
+    #: window's thousand-odd rectangles are drawn once per run state, not once per view.
+    drawn: SafeString = field(default_factory=SafeString)
 
     @property
     def label_x(self) -> float:
@@ -160,13 +165,14 @@ def fidelity_map(
     if isinstance(cached, FidelityMap):
         return cached
     fmap = _fidelity_map(run, agent, start, window, scale_steps)
+    fmap.drawn = fidelity_groups_html(fmap)
     if not run.is_updating:
         cache.set(key, fmap, MAP_CACHE_SECONDS)
     return fmap
 
 
 #: Bumped when `FidelityMap`'s shape changes, so cached maps of an older shape are not read.
-MAP_CACHE_VERSION = 1
+MAP_CACHE_VERSION = 2
 
 
 MAP_CACHE_SECONDS = 3600
