@@ -73,7 +73,6 @@ def _touched_turns(
     """The (agent, turn) pairs the batch touches and their turn views, rebuilt from the batch and the
     stored events they need; None when the run leaves the cases `do_project_turns` covers."""
     rid = run.run_id
-    events = Event.objects.filter(project=project, run_id=rid)
     dirty: set[tuple[str, int]] = {(ev.source_agent or "", local_turn(ev)) for ev in new}  # type: ignore[misc]
     new_turn_ids = {ev.step_id for ev in new if ev.event_type == "turn"}
     # The touched turns' events: the batch's from memory, the others parsed from their rows. One
@@ -104,10 +103,7 @@ def _touched_turns(
     }
     if parents:
         # Turn events of other turns named as parents: normalize_events looks them up (the spine).
-        loaded += [
-            _parse_stored(raw)
-            for raw in events.filter(step_id__in=parents, event_type="turn").values_list("raw", flat=True)
-        ]
+        loaded += [_parse_stored(raw) for raw in _stored_turn_events(project, rid, sorted(parents))]
     turn_views = [
         tv
         for tv in build_steps(normalize_events(sorted(loaded, key=_sort_key)))
@@ -336,11 +332,11 @@ def _touched_rows(
     is one of `parents` (an event may come twice): one query, in SQL (building it with the ORM cost a
     live batch more than running it).
 
-    PostgreSQL: a UNION ALL of index ranges — each run of consecutive turns, each parent — ordered as
-    their index is. Why: a live run's rows are newer than the table's statistics, so the planner
-    believes the run has one row, and for `turn IN (…) OR parent_step_id IN (…)` it scanned every event
-    of the run through either index, filtering (a cost that grew with the run: ~50 ms at 12,000
-    events). A range and an ORDER BY that only its own index serves leave it no such choice."""
+    PostgreSQL: a UNION ALL of index ranges, one per run of consecutive turns and one per parent, each a
+    plain equality on every column of its (partial) index. Why: a live run's rows are newer than the
+    table's statistics, so the planner believes the run holds one row; it then scans the whole run
+    through any index on (project, run_id), filtering, for an `OR`, an `IN` list or a condition the
+    index does not cover (a cost growing with the run). Each part here is served by one index only."""
     if not turns and not parents:
         return []
     qn = connection.ops.quote_name
@@ -350,12 +346,10 @@ def _touched_rows(
         parts: list[str] = []
         params = []
         for lo, hi in _ranges(turns):
-            parts.append(f"({cols} WHERE project_id = %s AND run_id = %s AND {qn('turn')} BETWEEN %s AND %s "
-                         f"ORDER BY project_id, run_id, {qn('turn')})")  # fmt: skip
+            parts.append(f"{cols} WHERE project_id = %s AND run_id = %s AND {qn('turn')} BETWEEN %s AND %s")
             params += [project.pk, run_id, lo, hi]
         for parent in parents:
-            parts.append(f"({cols} WHERE project_id = %s AND run_id = %s AND parent_step_id = %s "
-                         "ORDER BY project_id, run_id, parent_step_id)")  # fmt: skip
+            parts.append(f"{cols} WHERE project_id = %s AND run_id = %s AND parent_step_id = %s")
             params += [project.pk, run_id, parent]
         sql = " UNION ALL ".join(parts)
     else:
@@ -367,6 +361,23 @@ def _touched_rows(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)  # noqa: S608  (names are ours; values are parameters)
         return list(cursor.fetchall())
+
+
+def _stored_turn_events(project: Project, run_id: str, step_ids: list[str]) -> list[str]:
+    """The raw text of the run's stored `turn` events among `step_ids`: one query. PostgreSQL: a UNION
+    ALL of unique-key look-ups (an `IN` list, with a live run's stale statistics, is planned as a scan
+    of the run filtered by the list; see `_touched_rows`)."""
+    qn = connection.ops.quote_name
+    one = f"SELECT raw FROM {qn(Event._meta.db_table)} WHERE project_id = %s AND run_id = %s AND "
+    if connection.vendor == "postgresql":
+        sql = " UNION ALL ".join([f"{one}step_id = %s AND event_type = 'turn'"] * len(step_ids))
+        params: list[Any] = [v for sid in step_ids for v in (project.pk, run_id, sid)]
+    else:
+        sql = f"{one}step_id IN ({', '.join(['%s'] * len(step_ids))}) AND event_type = 'turn'"
+        params = [project.pk, run_id, *step_ids]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)  # noqa: S608  (names are ours; values are parameters)
+        return [raw for (raw,) in cursor.fetchall()]
 
 
 def _ranges(numbers: list[int]) -> list[tuple[int, int]]:

@@ -333,10 +333,22 @@ class Event(models.Model):
         ]
         # Every index costs each COPY'd row an insert; these are the ones a query needs. `raw_events()`
         # (the read API's event list) finds a run's rows through the unique index and sorts them.
+        # Incremental projection: a turn's events, and the events that name a new `turn` event. Both
+        # partial, so that each serves only the queries that name its last column: a live run's rows are
+        # newer than the table's statistics, and the planner, believing the run holds one row, took the
+        # smallest index on (project, run_id) for any lookup in the run — the turn index for a parent or
+        # a step id — and filtered every event of the run (a cost growing with the run).
         indexes = [
-            # Incremental projection: a turn's events, and the events that name a new `turn` event.
-            models.Index(fields=["project", "run_id", "turn"], name="event_run_turn_idx"),
-            models.Index(fields=["project", "run_id", "parent_step_id"], name="event_run_parent_idx"),
+            models.Index(
+                fields=["project", "run_id", "turn"],
+                name="event_run_turn_idx",
+                condition=Q(turn__isnull=False),
+            ),
+            models.Index(
+                fields=["project", "run_id", "parent_step_id"],
+                name="event_run_parent_idx",
+                condition=Q(parent_step_id__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

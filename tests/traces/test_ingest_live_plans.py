@@ -1,0 +1,83 @@
+"""A live batch's reads find their rows through an index range, whatever the table's statistics say.
+
+A live run's rows are newer than the statistics (PostgreSQL only re-analyzes a table after a tenth of
+it changed), so the planner believes the run holds about one row; a query it can serve from any index
+on (project, run_id) was planned as a scan of the whole run, filtered — a batch's cost then grew with
+the run. Here: statistics taken before the run exists, a run streamed in small batches (steps split
+across batches, so the parent look-ups run too), and every read of the last batch run again under
+`EXPLAIN ANALYZE`: no plan node throws away more rows than a batch holds."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from tests.traces.views_helpers import envelope
+from traces import ingest
+from traces.models import Project, Run
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL's planner and statistics"
+)
+
+
+def _stream(run_id: str, steps: int) -> list[dict[str, Any]]:
+    """Our events, in order: per step a turn, an llm_call and a tool_call naming it as parent; the turn
+    event names the previous one (as the runtime writes them); two steps a turn."""
+    t = datetime(2026, 11, 30, tzinfo=UTC)
+    out: list[dict[str, Any]] = []
+    prev = None
+    for i in range(steps):
+        md = {"producer": "arcana-console", "turn": i // 2 + 1, "step": i % 2 + 1}
+        t += timedelta(milliseconds=3)
+        turn = envelope(run_id, "turn", {**md, "facts": {"assistant_text": "ok", "tool_calls": []}},
+                        parent_step_id=prev, timestamp=t.isoformat(), model="m")  # fmt: skip
+        prev = turn["step_id"]
+        out.append(turn)
+        for kind in ("llm_call", "tool_call"):
+            t += timedelta(milliseconds=1)
+            out.append(envelope(run_id, kind, md, parent_step_id=prev, timestamp=t.isoformat()))
+    return out
+
+
+def _filtered(plan: dict[str, Any]) -> int:
+    """The most rows any node of the plan read and threw away."""
+    here = int(plan.get("Rows Removed by Filter", 0)) + int(plan.get("Rows Removed by Index Recheck", 0))
+    return max([here, *(_filtered(p) for p in plan.get("Plans", []))])
+
+
+@pytest.mark.django_db
+def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_turn: list[bool]) -> None:
+    other = _stream("earlier-run", 40)
+    assert ingest.ingest_events(project, other, source="api").accepted == len(other)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE traces_event")  # statistics from before the live run
+    events = _stream("live-run", 300)  # 900 events
+    size = 7  # batches that split steps: a step's last events come after its turn event's batch
+    batches = [events[i : i + size] for i in range(0, len(events), size)]
+    # …and, last, an event of the last turn naming the turn event of the first step: a turn event of
+    # another turn, looked up by its step id.
+    md = {"producer": "arcana-console", "turn": 150, "step": 2}
+    batches[-1].append(envelope("live-run", "llm_call", md, parent_step_id=events[0]["step_id"],
+                                timestamp=events[-1]["timestamp"]))  # fmt: skip
+    for batch in batches[:-1]:
+        assert ingest.ingest_events(project, batch, source="api").accepted == len(batch)
+    with CaptureQueriesContext(connection) as ctx:
+        assert ingest.ingest_events(project, batches[-1], source="api").accepted == len(batches[-1])
+    assert turn_by_turn[-1] is True  # the live path, not a whole-run projection
+    assert Run.objects.get(run_id="live-run").events == len(events) + 1
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip("( ").upper().startswith("SELECT")]
+    # The parent look-ups ran: stored events naming a new turn event, a stored turn event named.
+    assert any("parent_step_id =" in sql for sql in reads)
+    assert any("step_id =" in sql.replace("parent_step_id =", "") for sql in reads)
+    with connection.cursor() as cursor:
+        for sql in reads:
+            cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+            (plan,) = cursor.fetchone()
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            assert _filtered(plan[0]["Plan"]) <= 2 * size, (sql[:300], plan)
