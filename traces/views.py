@@ -7,11 +7,13 @@ string. Views read projections only; nothing here parses raw event JSON.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
+from django.core.cache import cache
+from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
@@ -179,11 +181,10 @@ def _events_ctx(
 
 def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
     """The run overview's context (the team's page and a shared page alike, traces.sharing)."""
-    ctx = _timeline_ctx(request, run, agent)
+    ctx = _overview_parts(request, run, agent)
     ctx.update(
         {
             "fmap": charts.fidelity_map(run, agent, start=_map_start(request)),
-            **_events_ctx(run, agent, ctx["turn_page"].paginator.count, *_list_starts(request)),
             **notes.run_notes_ctx(run),
             # The live fragment shows the windows this page shows (and the agent's).
             "live_query": urlencode(
@@ -195,6 +196,53 @@ def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
             ),
         }
     )
+    return ctx
+
+
+#: Bumped when the cached overview parts' shape changes, so parts of an older shape are not read.
+OVERVIEW_CACHE_VERSION = 1
+
+OVERVIEW_CACHE_SECONDS = 3600
+
+
+def _overview_parts(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
+    """The overview's timeline page, pin chart and cognitive calls (`_timeline_ctx`, `_events_ctx`):
+    from the cache when the run is not updating and this page (agent, windows) was viewed since the run
+    last changed, else six queries (seven with `Run.tokens_estimated`, kept with them).
+
+    What is cached is the run's own rows and the chart drawn from them: no notes, links, forms or
+    anything about the reader (links are drawn from `run` at render time, so a share link's page gets
+    its own). The caller checked access; the key holds the run's primary key and `updated_at` (which
+    ingestion and `rebuild_projections` set on every change), so no other run, project, team or share
+    link is answered from it, and a changed run is read again. A shared page is redacted after this
+    (`traces.sharing.redact` works on copies)."""
+    pin_start, call_start = _list_starts(request)
+    cacheable = not run.is_updating
+    key = ""
+    if cacheable:
+        stamp = run.updated_at.isoformat() if run.updated_at else ""
+        parts = f"{run.pk}:{stamp}:{agent}:{request.GET.get('tp')}:{pin_start}:{call_start}"
+        key = f"arcana:overview:{OVERVIEW_CACHE_VERSION}:{hashlib.sha256(parts.encode()).hexdigest()}"
+        cached = cache.get(key)
+        if isinstance(cached, dict) and cached.get("run_pk") == run.pk:
+            count, number, turns = cached["timeline"]
+            if cached.get("tokens_estimated") is not None:  # the header's "≈" (`Run.tokens_estimated`)
+                run.__dict__["_tokens_estimated"] = cached["tokens_estimated"]
+            page = Page(turns, number, Paginator(range(count), TURNS_PER_PAGE))
+            return {"run": run, "agent": agent, "turns": turns, "turn_page": page, **cached["events"]}
+    ctx = _timeline_ctx(request, run, agent)
+    page = ctx["turn_page"]
+    events = _events_ctx(run, agent, page.paginator.count, pin_start, call_start)
+    ctx.update(events)
+    if key:
+        timeline = (page.paginator.count, page.number, ctx["turns"])
+        # The header asks it of our runtime's runs only (a scan of the run's decisions' reports).
+        estimated = run.tokens_estimated if run.source == Run.Source.RUNTIME else None
+        cache.set(
+            key,
+            {"run_pk": run.pk, "timeline": timeline, "events": events, "tokens_estimated": estimated},
+            OVERVIEW_CACHE_SECONDS,
+        )
     return ctx
 
 

@@ -7,15 +7,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from django.core.cache import cache
+from django.db import connection
 from django.template import Context, Template
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.traces.views_helpers import XSS
+from tests.traces.test_turn_page import _finished_run, _without_tokens
+from tests.traces.views_helpers import XSS, decision, ingest_live_run, our_step
 from traces import run_page, sharing
 from traces.charts import FidelityMap, MapCell, MapRow, MapTick
+from traces.ingest import ingest_events
 from traces.models import PrimitiveEvent, Project, Run, Turn
 
 # The loops of templates/traces/_run_live.html, _cognitive.html and _fidelity_map.html before
@@ -134,6 +139,12 @@ def test_the_cognitive_calls_print_every_value_as_the_template_did(value: Any) -
         (_primitive(value, turn=0, step=None, ok=False), "line"),
         (_primitive("planner", step=None, ok=value), value),
         (_primitive("", step=0), XSS),
+        (
+            PrimitiveEvent(
+                agent="a", turn_number=1, step_number=1, primitive="recall", ok=True, timestamp=None
+            ),
+            "",
+        ),
     ]
     for run_id in RUN_IDS:
         for agents in ([], ["planner"]):
@@ -220,3 +231,96 @@ def test_the_run_page_shows_the_rows_escaped(project: Project, alice_client: Cli
     body = alice_client.get(run_path("hostile-run")).content.decode()
     assert "<script>window.__xss" not in body and 'onerror="window' not in body
     assert "Turn 1</a>" in body
+
+
+# ---------------------------------------------------------------------------------------------------
+# The overview's cached parts (views._overview_parts)
+
+
+def _overview(client: Client, url: str) -> str:
+    response = client.get(url)
+    assert response.status_code == 200
+    return _without_tokens(response.content.decode())
+
+
+@pytest.mark.django_db
+def test_a_finished_overview_is_read_from_the_cache_on_the_next_view(
+    project: Project, alice_client: Client
+) -> None:
+    run = _finished_run(project, "cached-overview", "answer")
+    cache.clear()
+    with CaptureQueriesContext(connection) as cold:
+        first = _overview(alice_client, run.get_absolute_url())
+    with CaptureQueriesContext(connection) as warm:
+        second = _overview(alice_client, run.get_absolute_url())
+    assert first == second and "Turn 1</a>" in second and "p_00000001" in second
+    # The timeline's count and page, the cognitive calls, the pins, the rejected pin calls, the
+    # window's report and whether tokens are estimates: read once.
+    assert len(warm.captured_queries) <= len(cold.captured_queries) - 6
+    # Each window is its own entry, drawn as it would be cold.
+    for query in ("?tp=1", "?pins=1", "?calls=1", "?tp=9&calls=bad", "?agent=nobody"):
+        warm_page = _overview(alice_client, run.get_absolute_url() + query)
+        cache.clear()
+        assert warm_page == _overview(alice_client, run.get_absolute_url() + query)
+
+
+@pytest.mark.django_db
+def test_an_overview_of_a_run_that_changed_is_read_again(project: Project, alice_client: Client) -> None:
+    run = _finished_run(project, "changing-overview", "answer")
+    assert "Turn 2</a>" not in _overview(alice_client, run.get_absolute_url())
+    ingest_events(project, our_step("changing-overview", 2, 1, decisions=[decision(0, "user")]), source="api")
+    assert "Turn 2</a>" in _overview(alice_client, run.get_absolute_url())
+
+
+@pytest.mark.django_db
+def test_a_live_overview_is_never_cached(project: Project, alice_client: Client) -> None:
+    ingest_live_run(project, "live-overview", turns=1)
+    run = Run.objects.get(run_id="live-overview")
+    assert run.is_updating
+    cache.clear()
+    with CaptureQueriesContext(connection) as first:
+        assert "Turn 1</a>" in _overview(alice_client, run.get_absolute_url())
+    with CaptureQueriesContext(connection) as second:
+        _overview(alice_client, run.get_absolute_url())
+    assert len(second.captured_queries) >= len(first.captured_queries)  # read afresh every time
+    ingest_live_run(project, "live-overview", turns=2)
+    assert "Turn 2</a>" in _overview(alice_client, run.get_absolute_url())
+
+
+@pytest.mark.django_db
+def test_the_overview_cache_never_answers_another_team_or_project(
+    project: Project, charlie_project: Project, alice_client: Client, charlie_client: Client
+) -> None:
+    ours = _finished_run(project, "same-id", "ALPHA", pin_content="alpha secret")
+    theirs = _finished_run(charlie_project, "same-id", "CHARLIE", pin_content="charlie secret")
+    ingest_events(charlie_project, our_step("same-id", 2, 1, decisions=[decision(0, "user")]), source="api")
+    cache.clear()
+    assert "Turn 2</a>" not in _overview(alice_client, ours.get_absolute_url())
+    assert "Turn 2</a>" in _overview(charlie_client, theirs.get_absolute_url())
+    assert "Turn 2</a>" not in _overview(alice_client, ours.get_absolute_url())
+    assert charlie_client.get(ours.get_absolute_url()).status_code == 404
+
+
+@pytest.mark.django_db
+def test_share_pages_and_the_team_page_are_drawn_as_cold_whatever_was_viewed_first(
+    project: Project, alice: Any, alice_client: Client
+) -> None:
+    run = _finished_run(project, "shared-overview", "answer", pin_content="the pinned secret")
+    _, open_token = sharing.do_create_share_link(run, alice)
+    _, hidden_token = sharing.do_create_share_link(run, alice, hide_content=True)
+    anonymous = Client()
+    pages = {
+        "team": (alice_client, run.get_absolute_url()),
+        "open": (anonymous, sharing.share_url(open_token)),
+        "hidden": (anonymous, sharing.share_url(hidden_token)),
+    }
+    cold = {}
+    for name, (client, url) in pages.items():
+        cache.clear()
+        cold[name] = _overview(client, url)
+    assert "/s/" not in cold["team"] and sharing.share_url(open_token) + "/turns/1" in cold["open"]
+    for order in (["team", "open", "hidden"], ["hidden", "open", "team"]):
+        cache.clear()
+        for name in order:
+            client, url = pages[name]
+            assert _overview(client, url) == cold[name], (order, name)
