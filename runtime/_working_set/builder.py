@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import marshal
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
@@ -23,7 +24,7 @@ from .records import (
     render_pin,
 )
 from .report import _Plan, context_report, explanation, sent_messages_and_decisions
-from .slots import _ALARM, _BASE_SCORE, _copy, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
+from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
 
 #: Longest summary the builder asks for; the caller may pass it as `max_tokens` to the provider.
 SUMMARY_MAX_TOKENS = 500
@@ -73,8 +74,8 @@ class WorkingSetBuilder:
         self.fidelity = fidelity if fidelity is not None else Fidelity()
         self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
         self._lock = threading.Lock()
-        # The previous build's (cache key, copy of the fields, info) by position; see `_slots`.
-        self._previous: list[tuple[Hashable, dict[str, Any], _MessageInfo] | None] = []
+        # What the previous build found, for the next one to take what did not change (`_slots`).
+        self._carried: _Carried | None = None
 
     @property
     def context_window(self) -> int:
@@ -144,8 +145,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots = self._slots(history, turns)
-        units = _units(history, k)
+        slots, units = self._slots(history, turns, k)
         for u, members in enumerate(units):
             for i in members:
                 slots[i].unit = u
@@ -295,7 +295,7 @@ class WorkingSetBuilder:
         if given is not None:
             if len(given) != len(history):
                 raise ConfigError(f"message_turns has {len(given)} entries for {len(history)} messages")
-            return [int(t) for t in given]
+            return list(map(int, given))
         turns = []
         t = 0
         for i, m in enumerate(history):
@@ -325,6 +325,23 @@ class WorkingSetBuilder:
                 s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
 
     def _score(self, s: _Slot, goal: frozenset[str], position: float) -> float:
+        return round(min(self._relevance(s, goal) + 0.1 * position, 1.0), 3)
+
+    @staticmethod
+    def _relevance(s: _Slot, goal: frozenset[str]) -> float:
+        """A slot's score before its position term (`_relevance_of`), kept on the message's info for
+        the goal and role it was worked out for."""
+        kept = s.info.relevance
+        if kept is not None and kept[1] is s.role and (kept[0] is goal or kept[0] == goal):
+            return kept[2]
+        score = WorkingSetBuilder._relevance_of(s, goal)
+        s.info.relevance = (goal, s.role, score)
+        return score
+
+    @staticmethod
+    def _relevance_of(s: _Slot, goal: frozenset[str]) -> float:
+        """A slot's score before its position term: by role, keywords shared with the goal and alarm
+        words."""
         info = s.info
         if info.keywords is None:
             text = _scoring_text(info.msg)
@@ -335,34 +352,44 @@ class WorkingSetBuilder:
             score += min(0.4, 0.1 * len(info.keywords & goal))
         if info.alarm:
             score += 0.3
-        # Newer messages win ties: up to +0.1 by position in the conversation.
-        score += 0.1 * position
-        return round(min(score, 1.0), 3)
+        return score
 
     def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
         goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         n = max(len(slots) - 1, 1)
-        grade, score_of = self.fidelity.grade, self._score
+        grade = self.fidelity.grade
+        # Without `incremental`, every score and rung is worked out again (the reference).
+        relevance = self._relevance if self.incremental else self._relevance_of
         for s in middle:
             if s.outcome != "kept":
                 continue
-            s.score = score = score_of(s, goal, s.index / n)
+            # Newer messages win ties: up to +0.1 by position in the conversation.
+            s.score = score = round(min(relevance(s, goal) + 0.1 * (s.index / n), 1.0), 3)
             target = _LEVEL_INDEX[grade(score)]
             if target == 0:  # L0: no rung to render; the ladder's first rung is L0
                 s.rung = 0
                 s.reason = "tail_preserve_middle_kept"
                 continue
-            rungs = s.info.rungs
-            while LEVELS.index(rungs[-1][0]) < target and self._extend(s.info):
-                pass
-            rung = 0
-            while rung + 1 < len(rungs) and LEVELS.index(rungs[rung + 1][0]) <= target:
-                rung += 1
+            info = s.info
+            rung = info.rung_for.get(target) if self.incremental else None
+            if rung is None:
+                rung = info.rung_for[target] = self._rung_for(info, target)
             s.rung = rung
             if rung:
                 s.outcome, s.reason = "compressed", "tail_preserve_middle_compressed"
             else:
                 s.reason = "tail_preserve_middle_kept"
+
+    def _rung_for(self, info: _MessageInfo, target: int) -> int:
+        """The ladder's last rung at or above level `target` (index in LEVELS), the ladder extended
+        as far as it needs; later extensions only add lower levels, so the answer stays."""
+        rungs = info.rungs
+        while LEVELS.index(rungs[-1][0]) < target and self._extend(info):
+            pass
+        rung = 0
+        while rung + 1 < len(rungs) and LEVELS.index(rungs[rung + 1][0]) <= target:
+            rung += 1
+        return rung
 
     async def _try_summarize(
         self,
@@ -439,38 +466,78 @@ class WorkingSetBuilder:
         return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": prompt}]
 
     # -- per-message cache and fidelity ladder ------------------------------------------------
-    def _slots(self, history: Sequence[Mapping[str, Any]], turns: list[int]) -> list[_Slot]:
-        """One slot per message, with its cached `_MessageInfo` (`_info`).
+    def _slots(
+        self, history: Sequence[Mapping[str, Any]], turns: list[int], k: int
+    ) -> tuple[list[_Slot], list[list[int]]]:
+        """One slot per message, with its cached `_MessageInfo` (`_info`), and the units (`_units`).
 
-        A step's history is the previous step's plus a few messages, so the previous build's infos
-        are remembered by position (`_previous`) with the cache key each was found under and a copy
-        (deep) copy of the message's fields. A message made only of dicts, lists, strings and None
-        (`_plain`), equal to that copy, at the same turn, has the same key (the key is made of those
-        fields and the turn), so its info is taken from the cache under the remembered key without
-        building the key again: the same info, and the same cache order, as `_info_keyed` gives."""
-        previous = self._previous if self.incremental else []
-        remembered: list[tuple[Hashable, dict[str, Any], _MessageInfo] | None] = []
+        A step's history is the previous step's plus a few messages. The previous build's infos,
+        roles and units are carried (`_Carried`) with the `marshal` bytes (version 2) of its history:
+        those bytes are exact about types (no str, dict or list subclass can be written; 1, 1.0 and
+        True differ) and about key order, so when this history's bytes begin with them and the turns
+        agree, each of those messages is the one the previous build saw, and so is its info. A message
+        that was not made only of dicts, lists, strings and None (`_plain`) when first seen is looked
+        up again each step, as every message is when the bytes differ (a message changed in place).
+        Units end at a message that is not a tool result of the unit's call, so every unit but the
+        last of the previous history is the same; the units are found again from that last one."""
+        carried = self._carried if self.incremental else None
+        blob: bytes | None = None
+        if self.incremental:
+            try:
+                blob = marshal.dumps(cast(Any, history), 2)
+            except (ValueError, TypeError):  # not a list or tuple of marshallable values
+                blob = None
+        p = 0
+        if (
+            carried is not None
+            and blob is not None
+            and carried.k == k
+            and len(carried.entries) <= len(history)
+            and blob.startswith(carried.blob, 5)  # after the type code and the item count
+            and turns[: len(carried.entries)] == carried.turns
+        ):
+            p = len(carried.entries)
         slots: list[_Slot] = []
-        infos, lock = self._infos, self._lock
-        n_prev = len(previous)
-        for i, m in enumerate(history):
-            turn = turns[i]
-            info: _MessageInfo | None = None
-            entry = previous[i] if i < n_prev else None
-            if entry is not None:
-                ikey, fields, cached = entry
-                if cached.turn == turn and m == fields and _plain(m):
-                    with lock:
-                        if infos.get(ikey) is cached:
-                            infos.move_to_end(ikey)
-                            info = cached
-            if info is None:
-                ikey, info = self._info_keyed(m, turn)
-                entry = (ikey, _copy(m), info) if m.__class__ is dict and _plain(m) else None
-            remembered.append(entry)
-            slots.append(_Slot(i, m, info))
-        self._previous = remembered
-        return slots
+        entries: list[tuple[Hashable, _MessageInfo] | None] = []
+        roles: list[str] = []
+        append_slot, append_entry, append_role = slots.append, entries.append, roles.append
+        if carried is not None and p:
+            cache, lock = self._infos, self._lock
+            get, move_to_end = cache.get, cache.move_to_end
+            lock.acquire()
+            try:
+                for i, entry, role in zip(range(p), carried.entries, carried.roles, strict=True):
+                    m = history[i]
+                    # The info is taken from the cache, as `_info_keyed` takes it, under its key.
+                    if entry is not None and get(entry[0]) is (info := entry[1]):
+                        move_to_end(entry[0])
+                    else:  # not plain when first seen (looked up every step), or no longer cached
+                        lock.release()
+                        try:
+                            entry = self._info_keyed(m, turns[i]) if entry is not None else None
+                            info = entry[1] if entry is not None else self._info(m, turns[i])
+                        finally:
+                            lock.acquire()
+                    append_entry(entry)
+                    append_role(role)
+                    append_slot(_Slot(i, m, info, role))
+            finally:
+                lock.release()
+        for i in range(p, len(history)):
+            m = history[i]
+            ikey, info = self._info_keyed(m, turns[i])
+            role = str(m.get("role") or "")
+            append_entry((ikey, info) if m.__class__ is dict and _plain(m) else None)
+            append_role(role)
+            append_slot(_Slot(i, m, info, role))
+        if carried is not None and p and carried.units:
+            # Every unit but the last lies before a message of the previous history that ended it.
+            units = carried.units[:-1] + _units(history, k, resume=carried.units[-1][0])
+        else:
+            units = _units(history, k)
+        if blob is not None:
+            self._carried = _Carried(blob[5:], turns, k, entries, roles, units)
+        return slots, units
 
     def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
         return self._info_keyed(msg, turn)[1]
@@ -585,3 +652,28 @@ class WorkingSetBuilder:
         tail_units = sorted({s.unit for s in tail}, key=lambda u: units[u][0])
         drop([[i for i in units[u] if slots[i].region == "tail"] for u in tail_units], "dropped_to_fit")
         return total
+
+
+class _Carried:
+    """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
+    history's messages (after the list's type code and count), the turns, the number of identity
+    messages, each message's (cache key, info) (None for a message that was not `_plain`), its role,
+    and the units. Never changed once made."""
+
+    __slots__ = ("blob", "turns", "k", "entries", "roles", "units")
+
+    def __init__(
+        self,
+        blob: bytes,
+        turns: list[int],
+        k: int,
+        entries: list[tuple[Hashable, _MessageInfo] | None],
+        roles: list[str],
+        units: list[list[int]],
+    ) -> None:
+        self.blob = blob
+        self.turns = turns
+        self.k = k
+        self.entries = entries
+        self.roles = roles
+        self.units = units

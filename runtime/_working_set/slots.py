@@ -50,7 +50,7 @@ class _MessageInfo:
     lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
     builder, so a steady-state step neither re-renders nor re-counts old messages."""
 
-    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm", "base_counts")
+    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm", "base_counts", "relevance", "rung_for")
 
     def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
         self.msg = msg
@@ -61,6 +61,10 @@ class _MessageInfo:
         self.alarm = False
         # (a plain counter, {rung: its count of the rung's message}): see `base_tokens`.
         self.base_counts: tuple[Any, dict[int, int]] | None = None
+        # (goal, role, score before the position term) last worked out: see the builder's `_relevance`.
+        self.relevance: tuple[frozenset[str], str, float] | None = None
+        # The rung graded to for each target level (index in LEVELS), once found.
+        self.rung_for: dict[int, int] = {}
 
 
 class _Slot:
@@ -81,10 +85,12 @@ class _Slot:
         "reason",
     )
 
-    def __init__(self, index: int, msg: Mapping[str, Any], info: _MessageInfo) -> None:
+    def __init__(
+        self, index: int, msg: Mapping[str, Any], info: _MessageInfo, role: str | None = None
+    ) -> None:
         self.index = index
         self.msg = msg
-        self.role = str(msg.get("role") or "")
+        self.role = str(msg.get("role") or "") if role is None else role
         self.turn = info.turn
         self.l0 = info.rungs[0][2]
         self.info = info
@@ -109,13 +115,14 @@ class _Slot:
         return self.info.rungs[self.rung][2]
 
 
-def _units(history: Sequence[Mapping[str, Any]], start: int) -> list[list[int]]:
+def _units(history: Sequence[Mapping[str, Any]], start: int, *, resume: int | None = None) -> list[list[int]]:
     """Partition `history[start:]` into units: an assistant message with `tool_calls` together with
     the tool messages right after it that answer those calls; every other message alone. Units
-    before `start` (identity) are singletons."""
-    units: list[list[int]] = [[i] for i in range(start)]
+    before `start` (identity) are singletons. With `resume` (the first message of a unit), only the
+    units from there on."""
+    units: list[list[int]] = [[i] for i in range(start)] if resume is None else []
     n = len(history)
-    i = start
+    i = start if resume is None else resume
     while i < n:
         m = history[i]
         calls = m.get("tool_calls") if m.get("role") == "assistant" else None

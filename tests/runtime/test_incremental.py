@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runtime import _json_text
@@ -209,3 +209,185 @@ def test_a_message_changed_in_place_between_steps_is_keyed_again(tmp_path: Path)
     assert digests == [
         digest({"messages": json.loads(b)["messages"], "tools": json.loads(b)["tools"]}) for b, _ in sent
     ]
+
+
+# -- the working set carried from build to build --------------------------------------------------
+
+
+class _Text(str):
+    """A string subclass: equal to its text, but not a plain value."""
+
+
+_STEP_WORDS = "budget launch plan error failed recovery deploy beta owner Dana café 🚀 notes review".split()
+
+
+def _words(rng: Any, lo: int, hi: int) -> str:
+    return " ".join(rng.choice(_STEP_WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def _grow(rng: Any, history: list[Any], turns: list[int], calls: list[int]) -> None:
+    """Append what a step appends: a user message, an assistant tool round, or an answer."""
+    turn = turns[-1] if turns else 1
+    kind = rng.random()
+    if kind < 0.35:
+        turn += 1
+        history.append({"role": "user", "content": _words(rng, 1, 30)})
+    elif kind < 0.7:
+        ids = []
+        for _ in range(rng.randint(1, 2)):
+            calls[0] += 1
+            ids.append(f"call_{calls[0]}")
+        history.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": i,
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": json.dumps({"q": i})},
+                    }
+                    for i in ids
+                ],
+            }
+        )
+        turns.append(turn)
+        for i in ids:
+            history.append({"role": "tool", "tool_call_id": i, "content": _words(rng, 5, 200)})
+            turns.append(turn)
+        return
+    else:
+        history.append({"role": "assistant", "content": _words(rng, 3, 80)})
+    turns.append(turn)
+
+
+def _change(rng: Any, history: list[Any]) -> None:
+    """Change one earlier message in place, in a way a check by equality alone could miss."""
+    i = rng.randrange(len(history))
+    m = history[i]
+    how = rng.randrange(7)
+    if how == 0:
+        m["content"] = _words(rng, 1, 20)
+    elif how == 1:
+        m["content"] = _Text(m.get("content") or "")
+    elif how == 2:
+        m["extra"] = rng.choice([1, True, 1.0, -0.0, 0.0, None, "1"])
+    elif how == 3:
+        history[i] = dict(reversed(list(m.items())))  # the same fields in another order
+    elif how == 4 and m.get("tool_calls"):
+        m["tool_calls"][0]["function"]["arguments"] = json.dumps({"q": _words(rng, 1, 3)})
+    elif how == 5:
+        m["content"] = [{"type": "text", "text": _words(rng, 1, 10)}]
+    else:
+        history[i] = copy.deepcopy(m)  # another object, the same value
+
+
+async def _decisions_of(builder: WorkingSetBuilder, plain: bool, **kwargs: Any) -> tuple[Any, ...]:
+    from runtime._trace_writer import CallableSink
+
+    events: list[Any] = []
+    writer = TraceWriter(CallableSink(events.append, as_dict=False), "run", deterministic_ids=True)
+    ws = await builder.build(**kwargs)
+    decision = ws.decision
+    writer.emit(
+        "context_decision",
+        turn=1,
+        step=1,
+        metadata=decision.to_metadata(),
+        plain_metadata=plain,
+        decision_texts=(decision.decision_shapes(), decision.decision_texts()) if plain else None,
+    )
+    line = events[0].to_json()
+    line = line.replace(events[0].timestamp, "")
+    sources = [None if s is None else (s[0].msg, s[1]) for s in ws.sources]
+    return ws.messages, decision, line, ws.prompt_tokens, sources, ws.summary_request
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**32),
+    steps=st.integers(2, 14),
+    ratio=st.sampled_from([0.3, 0.6, 0.7, 0.8, 0.95, 1.3]),
+    force=st.sampled_from([None, None, "tail_preserve", "llm_summarize", "aggressive_truncate"]),
+    keep_recent=st.sampled_from([0, 2, 6]),
+    changes=st.sampled_from([0.0, 0.0, 0.3]),
+)
+def test_a_carried_build_is_the_build_from_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    steps: int,
+    ratio: float,
+    force: Any,
+    keep_recent: int,
+    changes: float,
+) -> None:
+    """Step after step of a growing history (tail_preserve's position term moving, the goal changing
+    with each user message, pins coming and going, summaries, messages changed in place), the carried
+    builder's messages, decisions and context-decision line are those of a builder that works every
+    step out again."""
+    import random
+
+    from runtime._tokens import TokenCounter
+    from runtime._working_set import ContextStrategy, PinBlock
+
+    rng = random.Random(seed)
+    history: list[Any] = [{"role": "system", "content": "You are careful. " + _words(rng, 3, 20)}]
+    turns = [0]
+    calls = [0]
+    for _ in range(rng.randint(3, 40)):
+        _grow(rng, history, turns, calls)
+    counter = TokenCounter()
+    window = max(int(counter.count_messages(history) / ratio), 3000)
+    strategy = ContextStrategy(force=force, keep_recent=keep_recent, summarize_min_tokens=50)
+
+    def builder() -> WorkingSetBuilder:
+        return WorkingSetBuilder(
+            TokenCounter(), context_window=window, strategy=strategy, response_reserve=200
+        )
+
+    carried, scratch = builder(), builder()
+    scratch.incremental = False
+
+    async def summarize(messages: list[dict[str, Any]]) -> str:
+        return "summary: " + str(len(messages[1]["content"]))
+
+    async def run() -> None:
+        pins: list[PinBlock] = []
+        for step in range(steps):
+            if rng.random() < 0.3:
+                pins = pins + [PinBlock(f"p_{step:08x}", rng.choice([None, "facts"]), _words(rng, 1, 12))]
+            elif pins and rng.random() < 0.2:
+                pins = pins[1:]
+            if rng.random() < changes:
+                _change(rng, history)
+            kwargs = {
+                "history": history,
+                "tools": [],
+                "pins": pins,
+                "turn": step + 1,
+                "step": 1,
+                "summarize": summarize,
+                "message_turns": turns if rng.random() < 0.8 else None,
+            }
+            with monkeypatch.context() as m:
+                m.setattr(_json_text, "REMEMBER", False)
+                expected = await _outcome(_decisions_of(scratch, False, **kwargs))
+            got = await _outcome(_decisions_of(carried, True, **kwargs))
+            assert got == expected
+            event(f"strategy {got[1].strategy if isinstance(got, tuple) else got}")
+            for _ in range(rng.randint(1, 4)):
+                _grow(rng, history, turns, calls)
+            history.append({"role": "user", "content": _words(rng, 1, 12)})
+            turns.append(turns[-1] + 1)
+
+    asyncio.run(run())
+
+
+async def _outcome(build: Any) -> Any:
+    """What a build gave, or the error it raised (a window too small for the floor)."""
+    from runtime.errors import ContextOverflowError
+
+    try:
+        return await build
+    except ContextOverflowError as exc:
+        return f"ContextOverflowError: {exc}"
