@@ -73,15 +73,24 @@ class MessageTexts:
 _TEXTS: dict[Any, MessageTexts] = {}
 
 
-def message_texts(values: Sequence[Any]) -> list[MessageTexts | None]:
+def message_texts(
+    values: Sequence[Any], known: Sequence[MessageTexts | None] | None = None
+) -> list[MessageTexts | None]:
     """The `MessageTexts` of each value, found under its `content_key` (None for a value that cannot
     be keyed): a step keys and looks up its messages once, for both the request body
-    (`compact_of`) and the request digest (`canonical_of`)."""
+    (`compact_of`) and the request digest (`canonical_of`). `known`, if given (one per value), holds
+    entries the caller knows belong to a value with the same JSON texts (a working set's
+    `message_texts`: the same message as at the step before); the others are looked up."""
     if not REMEMBER:
         return [None] * len(values)
     out: list[MessageTexts | None] = []
     texts = _TEXTS
-    for v in values:
+    if known is None or len(known) != len(values):
+        known = (None,) * len(values)
+    for v, entry in zip(values, known, strict=True):
+        if entry is not None:
+            out.append(entry)
+            continue
         key = content_key(v)
         if key is None:
             out.append(None)

@@ -242,7 +242,7 @@ class ChatSession(_SessionEvents):
             # Each message is keyed and looked up once for both the request body and the request
             # digest (a provider that does not take them gets the messages alone).
             keyed = getattr(self.provider, "takes_message_texts", False) is True
-            texts = message_texts(ws.messages) if keyed else None
+            texts = message_texts(ws.messages, ws.message_texts) if keyed else None
             started = time.perf_counter()
             try:
                 if texts is not None:

@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
+from .._json_text import MessageTexts
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
 from .records import (
@@ -145,7 +146,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots, units = self._slots(history, turns, k)
+        slots, units, texts = self._slots(history, turns, k)
         for u, members in enumerate(units):
             for i in members:
                 slots[i].unit = u
@@ -153,7 +154,9 @@ class WorkingSetBuilder:
             slots[i].region = "identity"
         if task_idx is not None:
             slots[task_idx].region = "task"
-        return _Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
+        plan = _Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
+        plan.l0_texts = texts
+        return plan
 
     def _count(self, plan: _Plan) -> None:
         """Step 2: counts and the floor (identity + task + pins + reply priming must fit)."""
@@ -255,7 +258,7 @@ class WorkingSetBuilder:
         and per pin, and the report."""
         # A decision made before is taken again only with a plain counter's int counts.
         remember = self.incremental and self.counter.__class__ in _INT_COUNTERS
-        messages, decisions, sources = sent_messages_and_decisions(plan, remember=remember)
+        messages, decisions, sources, texts = sent_messages_and_decisions(plan, remember=remember)
         # `total` was kept as a running sum of exact, additive counts, so it equals
         # count_messages(messages) (tests check the identity) without recounting here.
         budget_used = plan.total
@@ -287,6 +290,7 @@ class WorkingSetBuilder:
             summary_error=plan.summary_error,
             summary_request=plan.summary_request,
             sources=tuple(sources),
+            message_texts=tuple(texts) if texts is not None else None,
         )
 
     # -- step 1 helpers -----------------------------------------------------------------------
@@ -468,8 +472,9 @@ class WorkingSetBuilder:
     # -- per-message cache and fidelity ladder ------------------------------------------------
     def _slots(
         self, history: Sequence[Mapping[str, Any]], turns: list[int], k: int
-    ) -> tuple[list[_Slot], list[list[int]]]:
-        """One slot per message, with its cached `_MessageInfo` (`_info`), and the units (`_units`).
+    ) -> tuple[list[_Slot], list[list[int]], list[MessageTexts | None] | None]:
+        """One slot per message, with its cached `_MessageInfo` (`_info`), the units (`_units`) and
+        each message's `MessageTexts` (the JSON texts it is sent with at L0; None when not plain).
 
         A step's history is the previous step's plus a few messages. The previous build's infos,
         roles and units are carried (`_Carried`) with the `marshal` bytes (version 2) of its history:
@@ -479,7 +484,8 @@ class WorkingSetBuilder:
         that was not made only of dicts, lists, strings and None (`_plain`) when first seen is looked
         up again each step, as every message is when the bytes differ (a message changed in place).
         Units end at a message that is not a tool result of the unit's call, so every unit but the
-        last of the previous history is the same; the units are found again from that last one."""
+        last of the previous history is the same; the units are found again from that last one. A
+        carried message keeps its `MessageTexts` (its JSON is the same)."""
         carried = self._carried if self.incremental else None
         blob: bytes | None = None
         if self.incremental:
@@ -500,13 +506,17 @@ class WorkingSetBuilder:
         slots: list[_Slot] = []
         entries: list[tuple[Hashable, _MessageInfo] | None] = []
         roles: list[str] = []
+        texts: list[MessageTexts | None] = []
         append_slot, append_entry, append_role = slots.append, entries.append, roles.append
+        append_texts = texts.append
         if carried is not None and p:
             cache, lock = self._infos, self._lock
             get, move_to_end = cache.get, cache.move_to_end
             lock.acquire()
             try:
-                for i, entry, role in zip(range(p), carried.entries, carried.roles, strict=True):
+                for i, entry, role, text in zip(
+                    range(p), carried.entries, carried.roles, carried.texts, strict=True
+                ):
                     m = history[i]
                     # The info is taken from the cache, as `_info_keyed` takes it, under its key.
                     if entry is not None and get(entry[0]) is (info := entry[1]):
@@ -520,6 +530,7 @@ class WorkingSetBuilder:
                             lock.acquire()
                     append_entry(entry)
                     append_role(role)
+                    append_texts(text)
                     append_slot(_Slot(i, m, info, role))
             finally:
                 lock.release()
@@ -527,7 +538,9 @@ class WorkingSetBuilder:
             m = history[i]
             ikey, info = self._info_keyed(m, turns[i])
             role = str(m.get("role") or "")
-            append_entry((ikey, info) if m.__class__ is dict and _plain(m) else None)
+            plain = m.__class__ is dict and _plain(m)
+            append_entry((ikey, info) if plain else None)
+            append_texts(MessageTexts() if plain else None)
             append_role(role)
             append_slot(_Slot(i, m, info, role))
         if carried is not None and p and carried.units:
@@ -536,8 +549,8 @@ class WorkingSetBuilder:
         else:
             units = _units(history, k)
         if blob is not None:
-            self._carried = _Carried(blob[5:], turns, k, entries, roles, units)
-        return slots, units
+            self._carried = _Carried(blob[5:], turns, k, entries, roles, units, texts)
+        return slots, units, (texts if self.incremental else None)
 
     def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
         return self._info_keyed(msg, turn)[1]
@@ -658,9 +671,10 @@ class _Carried:
     """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
     history's messages (after the list's type code and count), the turns, the number of identity
     messages, each message's (cache key, info) (None for a message that was not `_plain`), its role,
-    and the units. Never changed once made."""
+    the units, and each message's `MessageTexts` (None for one not `_plain`). Never changed once
+    made."""
 
-    __slots__ = ("blob", "turns", "k", "entries", "roles", "units")
+    __slots__ = ("blob", "turns", "k", "entries", "roles", "units", "texts")
 
     def __init__(
         self,
@@ -670,6 +684,7 @@ class _Carried:
         entries: list[tuple[Hashable, _MessageInfo] | None],
         roles: list[str],
         units: list[list[int]],
+        texts: list[MessageTexts | None],
     ) -> None:
         self.blob = blob
         self.turns = turns
@@ -677,3 +692,4 @@ class _Carried:
         self.entries = entries
         self.roles = roles
         self.units = units
+        self.texts = texts

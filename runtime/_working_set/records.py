@@ -497,6 +497,10 @@ class WorkingSet:
     #: For each of `messages`: (the builder's cached info of the input message, its rung), or None
     #: for a pin or the summary; what `WorkingSetBuilder.base_tokens` reads.
     sources: tuple[tuple[Any, int] | None, ...] = field(default=(), repr=False, compare=False)
+    #: For each of `messages`: a `runtime._json_text.MessageTexts` holding (once encoded) its JSON
+    #: texts, kept from the step before where the builder knows the message's JSON is the same
+    #: (an unchanged history message, or a message's cached render), or None; see `message_texts`.
+    message_texts: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def report(self) -> ContextReport:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._json_text import MessageTexts
 from .records import LEVELS, ContextReport, MessageDecision, PinBlock
 from .slots import _Slot
 
@@ -30,6 +31,8 @@ class _Plan:
     pin_msgs: list[dict[str, Any]] = field(default_factory=list)
     pin_counts: list[int] = field(default_factory=list)
     pin_tokens: int = 0
+    # Each input message's JSON texts kept from the step before (None: not known); see `_slots`.
+    l0_texts: list[MessageTexts | None] | None = None
     # Step 3: strategy.
     demand: int = 0
     demand_ratio: float = 0.0
@@ -151,7 +154,7 @@ _DECISIONS_SIZE = 65_536
 
 def sent_messages_and_decisions(
     plan: _Plan, *, remember: bool = True
-) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source]]:
+) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source], list[MessageTexts | None] | None]:
     """The messages to send (identity, pins, then the rest in order, the summary where the first
     summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
     message, then per pin, in one pass."""
@@ -160,6 +163,11 @@ def sent_messages_and_decisions(
     sources: list[Source] = [(s.info, 0) for s in slots[:k]]
     messages.extend(plan.pin_msgs)
     sources.extend(None for _ in plan.pin_msgs)
+    l0_texts = plan.l0_texts
+    texts: list[MessageTexts | None] | None = None
+    if l0_texts is not None:
+        texts = l0_texts[:k]
+        texts.extend(None for _ in plan.pin_msgs)
     placed_summary = False
     made: dict[tuple[Any, ...], MessageDecision] = _DECISIONS if remember else {}
     make = MessageDecision._of_message
@@ -175,12 +183,16 @@ def sent_messages_and_decisions(
             if outcome == "summarized" and not placed_summary and summary_msg is not None:
                 messages.append(summary_msg)
                 sources.append(None)
+                if texts is not None:
+                    texts.append(None)
                 placed_summary = True
             if sent:
                 # L0 sends this step's own message; lower levels a copy of the cached render.
                 rendered = rung[1]
                 messages.append(dict(s.msg) if rendered is None else dict(rendered))
                 sources.append((s.info, s.rung))
+                if texts is not None and l0_texts is not None:
+                    texts.append(l0_texts[s.index] if rendered is None else _render_texts(s.info, s.rung))
         fields = (
             s.index,
             s.role,
@@ -211,4 +223,17 @@ def sent_messages_and_decisions(
         )
         for j, p in enumerate(plan.pins)
     )
-    return messages, decisions, sources
+    return messages, decisions, sources, texts
+
+
+def _render_texts(info: Any, rung: int) -> MessageTexts | None:
+    """The texts of a cached render: one entry per render made only of string keys and string or
+    None values (a copy of it shares nothing that can change), else None (looked up each step)."""
+    entry: MessageTexts | None
+    try:
+        return info.rung_texts[rung]  # type: ignore[no-any-return]
+    except KeyError:
+        rendered = info.rungs[rung][1]
+        flat = all(k.__class__ is str and (v is None or v.__class__ is str) for k, v in rendered.items())
+        entry = info.rung_texts[rung] = MessageTexts() if flat else None
+        return entry

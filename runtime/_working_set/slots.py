@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._json_text import MessageTexts
 from .records import Outcome, _message_text
 
 _WORD = re.compile(r"[a-zA-Z_]\w{2,}")
@@ -50,7 +51,18 @@ class _MessageInfo:
     lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
     builder, so a steady-state step neither re-renders nor re-counts old messages."""
 
-    __slots__ = ("msg", "turn", "rungs", "probe", "keywords", "alarm", "base_counts", "relevance", "rung_for")
+    __slots__ = (
+        "msg",
+        "turn",
+        "rungs",
+        "probe",
+        "keywords",
+        "alarm",
+        "base_counts",
+        "relevance",
+        "rung_for",
+        "rung_texts",
+    )
 
     def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
         self.msg = msg
@@ -65,6 +77,8 @@ class _MessageInfo:
         self.relevance: tuple[frozenset[str], str, float] | None = None
         # The rung graded to for each target level (index in LEVELS), once found.
         self.rung_for: dict[int, int] = {}
+        # The JSON texts of each lower rung's render (made only of strings and None), once asked for.
+        self.rung_texts: dict[int, MessageTexts | None] = {}
 
 
 class _Slot:

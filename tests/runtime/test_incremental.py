@@ -299,6 +299,14 @@ async def _decisions_of(builder: WorkingSetBuilder, plain: bool, **kwargs: Any) 
     )
     line = events[0].to_json()
     line = line.replace(events[0].timestamp, "")
+    if plain:  # the texts a step's messages are sent and digested with are those messages' own
+        from runtime._json_text import canonical_of, compact_of, message_texts
+
+        for m, entry in zip(ws.messages, message_texts(ws.messages, ws.message_texts), strict=True):
+            assert compact_of(m, entry) == json.dumps(m, separators=(",", ":"), ensure_ascii=False)
+            assert canonical_of(m, entry) == json.dumps(
+                m, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+            )
     sources = [None if s is None else (s[0].msg, s[1]) for s in ws.sources]
     return ws.messages, decision, line, ws.prompt_tokens, sources, ws.summary_request
 
