@@ -203,11 +203,12 @@ class WorkingSetBuilder:
         elif plan.used == "aggressive_truncate":
             self._aggressive(slots, k)
         else:
+            # Identity comes before `k`, the tail from `tail_start` (>= k) on; the task is its own.
             tail_start = self._tail_start(slots, plan.units, k)
-            for s in slots[k:]:
-                if s.region == "middle" and s.index >= tail_start:
+            for s in slots[tail_start:]:
+                if s.region == "middle":
                     s.region = "tail"
-            middle = [s for s in slots if s.region == "middle"]
+            middle = [s for s in slots[k:tail_start] if s.region == "middle"]
             if plan.used == "llm_summarize":
                 outcome = await self._try_summarize(slots, middle, plan.budget_total, plan.fixed, summarize)
                 (
@@ -222,7 +223,7 @@ class WorkingSetBuilder:
                     plan.note = f"llm_summarize requested but {fail_note}; used tail_preserve"
             if plan.used == "tail_preserve":
                 self._grade(slots, middle, task_idx)
-            for s in slots:
+            for s in slots[tail_start:]:
                 if s.region == "tail":
                     s.reason = "tail_preserve_tail"
 
@@ -361,21 +362,34 @@ class WorkingSetBuilder:
     def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
         goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         n = max(len(slots) - 1, 1)
-        grade = self.fidelity.grade
+        fidelity = self.fidelity
+        grade = fidelity.grade
+        # Fidelity's own grade, compared inline (a subclass's is called).
+        inline = fidelity.__class__.grade is Fidelity.grade
+        l0_min, l1_min, l2_min = fidelity.l0_min_score, fidelity.l1_min_score, fidelity.l2_min_score
         # Without `incremental`, every score and rung is worked out again (the reference).
-        relevance = self._relevance if self.incremental else self._relevance_of
+        incremental = self.incremental
+        relevance = self._relevance if incremental else self._relevance_of
         for s in middle:
             if s.outcome != "kept":
                 continue
+            info = s.info
+            kept = info.relevance if incremental else None
+            if kept is not None and kept[1] is s.role and (kept[0] is goal or kept[0] == goal):
+                before = kept[2]
+            else:
+                before = relevance(s, goal)
             # Newer messages win ties: up to +0.1 by position in the conversation.
-            s.score = score = round(min(relevance(s, goal) + 0.1 * (s.index / n), 1.0), 3)
-            target = _LEVEL_INDEX[grade(score)]
+            s.score = score = round(min(before + 0.1 * (s.index / n), 1.0), 3)
+            if inline:
+                target = 0 if score >= l0_min else 1 if score >= l1_min else 2 if score >= l2_min else 3
+            else:
+                target = _LEVEL_INDEX[grade(score)]
             if target == 0:  # L0: no rung to render; the ladder's first rung is L0
                 s.rung = 0
                 s.reason = "tail_preserve_middle_kept"
                 continue
-            info = s.info
-            rung = info.rung_for.get(target) if self.incremental else None
+            rung = info.rung_for.get(target) if incremental else None
             if rung is None:
                 rung = info.rung_for[target] = self._rung_for(info, target)
             s.rung = rung

@@ -150,6 +150,7 @@ Source = tuple[Any, int] | None
 # str or None, float or None, int, int, str), so equal fields are the same decision.
 _DECISIONS: dict[tuple[Any, ...], MessageDecision] = {}
 _DECISIONS_SIZE = 65_536
+_UNKNOWN: Any = object()
 
 
 def sent_messages_and_decisions(
@@ -174,25 +175,32 @@ def sent_messages_and_decisions(
     if len(made) >= _DECISIONS_SIZE:
         made.clear()  # decisions already handed out stay valid: each is its fields
     decisions: list[MessageDecision] = []
+    add_message, add_source, add_decision = messages.append, sources.append, decisions.append
+    add_text = texts.append if texts is not None else None
     # One pass: each slot's decision and, after the identity, its message.
     for s in slots:
         outcome = s.outcome
-        rung = s.info.rungs[s.rung]
+        info = s.info
+        rung = info.rungs[s.rung]
         sent = outcome == "kept" or outcome == "compressed"
         if s.index >= k:
             if outcome == "summarized" and not placed_summary and summary_msg is not None:
-                messages.append(summary_msg)
-                sources.append(None)
-                if texts is not None:
-                    texts.append(None)
+                add_message(summary_msg)
+                add_source(None)
+                if add_text is not None:
+                    add_text(None)
                 placed_summary = True
             if sent:
                 # L0 sends this step's own message; lower levels a copy of the cached render.
                 rendered = rung[1]
-                messages.append(dict(s.msg) if rendered is None else dict(rendered))
-                sources.append((s.info, s.rung))
-                if texts is not None and l0_texts is not None:
-                    texts.append(l0_texts[s.index] if rendered is None else _render_texts(s.info, s.rung))
+                add_message(dict(s.msg) if rendered is None else dict(rendered))
+                add_source((info, s.rung))
+                if add_text is not None and l0_texts is not None:
+                    if rendered is None:
+                        add_text(l0_texts[s.index])
+                    else:
+                        text = info.rung_texts.get(s.rung, _UNKNOWN)
+                        add_text(_render_texts(info, s.rung) if text is _UNKNOWN else text)
         fields = (
             s.index,
             s.role,
@@ -206,7 +214,7 @@ def sent_messages_and_decisions(
         decision = made.get(fields)
         if decision is None:
             decision = made[fields] = make(*fields)
-        decisions.append(decision)
+        add_decision(decision)
 
     decisions.extend(
         MessageDecision(
