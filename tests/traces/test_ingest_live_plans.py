@@ -1,4 +1,5 @@
-"""A live batch's reads find their rows through an index range, whatever the table's statistics say.
+"""A live batch's reads find their rows through an index range, whatever the table's statistics say,
+and its look-ups by parent and by step id give the rows of one whole batch in any split and order.
 
 A live run's rows are newer than the statistics (PostgreSQL only re-analyzes a table after a tenth of
 it changed), so the planner believes the run holds about one row; a query it can serve from any index
@@ -16,12 +17,16 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.traces.helpers import our_run, projection_snapshot
+from tests.traces.test_ingest_incremental import _foreign_parent
 from tests.traces.views_helpers import envelope
 from traces import ingest
 from traces.models import Project, Run
 
-pytestmark = pytest.mark.skipif(
+postgresql_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="PostgreSQL's planner and statistics"
 )
 
@@ -51,6 +56,7 @@ def _filtered(plan: dict[str, Any]) -> int:
     return max([here, *(_filtered(p) for p in plan.get("Plans", []))])
 
 
+@postgresql_only
 @pytest.mark.django_db
 def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_turn: list[bool]) -> None:
     other = _stream("earlier-run", 40)
@@ -81,3 +87,32 @@ def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_tu
             (plan,) = cursor.fetchone()
             plan = json.loads(plan) if isinstance(plan, str) else plan
             assert _filtered(plan[0]["Plan"]) <= 2 * size, (sql[:300], plan)
+
+
+def _live_events() -> list[dict[str, Any]]:
+    """A pool run in which one step's events name a turn event of another turn as parent."""
+    events = our_run("live-parents", agents=("planner", "critic"), turns=3, steps=2)
+    _foreign_parent(events)
+    return events
+
+
+@pytest.mark.django_db
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_split_and_order_of_a_live_run_gives_the_rows_of_one_batch(
+    project: Project, turn_by_turn: list[bool], data: st.DataObject
+) -> None:
+    """The look-ups by parent and by step id (stored events naming a new turn event; a turn event of
+    another turn named by a batch's event) give the rows of one whole batch, whatever the order of the
+    events and wherever the batches split."""
+    events = _live_events()
+    turn_by_turn.clear()
+    one = Project.objects.create(team=project.team, slug=f"one-{Project.objects.count()}")
+    ingest.ingest_events(one, events, source="api")
+    order = data.draw(st.permutations(range(len(events))) | st.just(list(range(len(events)))))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events) - 1), max_size=12)))
+    streamed = Project.objects.create(team=project.team, slug=f"streamed-{Project.objects.count()}")
+    for lo, hi in zip([0, *cuts], [*cuts, len(events)], strict=True):
+        ingest.ingest_events(streamed, [events[i] for i in order[lo:hi]], source="api")
+    assert projection_snapshot(streamed) == projection_snapshot(one)
+    assert not cuts or any(turn_by_turn)  # some batches went turn by turn
