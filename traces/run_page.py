@@ -1,5 +1,5 @@
-"""The run overview's long lists, written in Python: the turn timeline's rows, the cognitive calls' rows
-and the fidelity map's drawn groups (labels, ticks, separators, cells).
+"""The run overview's long lists, written in Python: the turn timeline's rows, the cognitive calls' rows,
+the fidelity map's drawn groups (labels, ticks, separators, cells) and the pin lanes (bars and rows).
 
 Why not the template: the overview of a long run draws 200 timeline rows, up to 100 cognitive calls
 and a map window of a thousand rectangles or more; through the template each of their ~15,000 values
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.template.defaultfilters import add, date, pluralize, urlencode
+from django.template.defaultfilters import add, date, pluralize, truncatechars, urlencode
 from django.utils.formats import localize
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import template_localtime  # type: ignore[attr-defined]  # (not in the stubs)
@@ -29,7 +29,7 @@ from django.utils.timezone import template_localtime  # type: ignore[attr-define
 from traces.templatetags.trace_ui import pct, pct_class, tokens, util_level
 
 if TYPE_CHECKING:
-    from traces.charts import FidelityMap
+    from traces.charts import FidelityMap, PinChart
     from traces.models import PrimitiveEvent, Run, Turn
 
 _escape = html.escape
@@ -204,3 +204,57 @@ def fidelity_groups_html(fmap: FidelityMap) -> SafeString:
         f'<g class="fmap-seps">{seps}</g>\n  <g class="fmap-ticks">{ticks}</g>\n'
         f'  <g class="fmap-labels">{labels}</g>\n  <g class="fmap-cells">{cells}</g>'
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The pin lanes (templates/traces/_pin_lanes.html)
+
+
+def pin_lanes_svg_html(pins: PinChart) -> SafeString:
+    """The chart's lanes: one `<g>` a pin, its label, bar (with its hover text) and tokens."""
+    label_x = text(pins.label_x)
+    out: list[str] = []
+    for lane in pins.lanes:
+        pin = lane.pin
+        text_y = text(lane.text_y)
+        out.append(
+            f'\n  <g class="pin-lane pin-lane--{text(lane.ended_by)}">\n'
+            f'    <text class="lane-label" x="{label_x}" y="{text_y}">'
+            f"{text(truncatechars(pin.label or pin.pin_id, 26))}</text>\n"
+            f'    <rect x="{text(lane.x)}" y="{text(lane.bar_y)}" width="{text(lane.w)}" height="16" rx="3">'
+            f"<title>{text(lane.title)}</title></rect>\n"
+            f'    <text class="lane-tokens" x="{text(lane.text_x)}" y="{text_y}">{text(pin.tokens or "?")} tok</text>\n'
+            "  </g>\n  "
+        )
+    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)
+
+
+def pin_rows_html(run: Run, pins: PinChart, agent: str) -> SafeString:
+    """The pins table's rows: one a lane, with the link to the turn the pin was made in."""
+    link = turn_link(run)
+    agent_q = f"?agent={text(urlencode(agent))}" if agent else ""
+    out: list[str] = []
+    for lane in pins.lanes:
+        pin = lane.pin
+        until = (
+            f"turn {text(pin.until_turn)}"
+            if pin.until_turn is not None
+            else '<span class="muted">no expiry</span>'
+        )
+        if lane.ended_by == "unpinned":
+            ended = f"unpinned at turn {text(lane.end_turn)}"
+        elif lane.ended_by == "expired":
+            ended = f"expired after turn {text(lane.end_turn)}"
+        else:
+            ended = '<span class="badge badge--accent">active at end</span>'
+        out.append(
+            "\n  <tr>\n"
+            f'    <td class="mono">{text(pin.pin_id)}</td>\n'
+            f'    <td class="preview">{text(pin.label or DASH)}</td>\n'
+            f'    <td class="num">{text(pin.tokens or "?")}</td>\n'
+            f'    <td><a href="{text(link(pin.created_turn))}{agent_q}">turn {text(pin.created_turn)}</a></td>\n'
+            f"    <td>{until}</td>\n"
+            f"    <td>{ended}</td>\n"
+            "  </tr>\n  "
+        )
+    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from tests.traces.test_turn_page import _finished_run, _without_tokens
 from tests.traces.views_helpers import XSS, decision, ingest_live_run, our_step
 from traces import run_page, sharing
-from traces.charts import FidelityMap, MapCell, MapRow, MapTick
+from traces.charts import FidelityMap, MapCell, MapRow, MapTick, PinChart, PinLane
 from traces.ingest import ingest_events
-from traces.models import PrimitiveEvent, Project, Run, Turn
+from traces.models import Pin, PrimitiveEvent, Project, Run, Turn
 
 # The loops of templates/traces/_run_live.html, _cognitive.html and _fidelity_map.html before
 # `traces.run_page`, kept as the references the Python rows must match byte for byte.
@@ -166,6 +166,56 @@ def test_the_fidelity_map_groups_print_every_value_as_the_template_did(value: An
         )  # fmt: skip
         expected = Template(FMAP_REFERENCE).render(Context({"fmap": fmap}))
         assert run_page.fidelity_groups_html(fmap) == expected
+
+
+PIN_LANES_REFERENCE = """{% load trace_ui %}{% for lane in pins.lanes %}
+  <g class="pin-lane pin-lane--{{ lane.ended_by }}">
+    <text class="lane-label" x="{{ pins.label_x }}" y="{{ lane.text_y }}">{{ lane.pin.label|default:lane.pin.pin_id|truncatechars:26 }}</text>
+    <rect x="{{ lane.x }}" y="{{ lane.bar_y }}" width="{{ lane.w }}" height="16" rx="3"><title>{{ lane.title }}</title></rect>
+    <text class="lane-tokens" x="{{ lane.text_x }}" y="{{ lane.text_y }}">{{ lane.pin.tokens|default:"?" }} tok</text>
+  </g>
+  {% endfor %}"""  # noqa: E501
+
+PIN_ROWS_REFERENCE = """{% load trace_ui %}{% for lane in pins.lanes %}
+  <tr>
+    <td class="mono">{{ lane.pin.pin_id }}</td>
+    <td class="preview">{{ lane.pin.label|default:"—" }}</td>
+    <td class="num">{{ lane.pin.tokens|default:"?" }}</td>
+    <td><a href="{{ run|turn_url:lane.pin.created_turn }}{% if agent %}?agent={{ agent|urlencode }}{% endif %}">turn {{ lane.pin.created_turn }}</a></td>
+    <td>{% if lane.pin.until_turn is not None %}turn {{ lane.pin.until_turn }}{% else %}<span class="muted">no expiry</span>{% endif %}</td>
+    <td>{% if lane.ended_by == "unpinned" %}unpinned at turn {{ lane.end_turn }}{% elif lane.ended_by == "expired" %}expired after turn {{ lane.end_turn }}{% else %}<span class="badge badge--accent">active at end</span>{% endif %}</td>
+  </tr>
+  {% endfor %}"""  # noqa: E501
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_the_pin_lanes_print_every_value_as_the_template_did(value: Any) -> None:
+    def lane(pin: Pin, ended_by: Any, y: float = 104.0) -> PinLane:
+        return PinLane(pin=pin, y=y, x=190.25, w=33.3333, end_turn=value, ended_by=ended_by, title=value)
+
+    hostile = Pin(pin_id=value, label=value, tokens=value, created_turn=3, until_turn=value)
+    long = Pin(pin_id="p_1", label="a label longer than twenty-six characters <b>", tokens=0, created_turn=1)
+    bare = Pin(pin_id="p_<2>", label="", tokens=None, created_turn=12, until_turn=None)
+    lanes = [
+        lane(hostile, value),
+        lane(long, "unpinned", 0.5),
+        lane(bare, "expired"),
+        lane(bare, "open", 1e-7),
+    ]
+    for run_id in RUN_IDS:
+        for agent in ("", 'a<b>&"c d/é'):
+            run = _run(run_id)
+            for label_x in (184.0, 184.5):
+                chart = PinChart(
+                    lanes=lanes, rejected=[], last_turn=12, cap=None, cap_source="", width=960.0, height=200.0,
+                    x0=label_x + 6, tw=3.0, chart_top=8.0, chart_h=70.0, lanes_top=104.0, area_path="", cap_y=None,
+                    peak_tokens=0, ticks=[],
+                )  # fmt: skip
+                context = Context({"run": run, "pins": chart, "agent": agent})
+                assert run_page.pin_lanes_svg_html(chart) == Template(PIN_LANES_REFERENCE).render(context)
+                drawn = run_page.pin_rows_html(run, chart, agent)
+                assert drawn == Template(PIN_ROWS_REFERENCE).render(context)
+                assert "<script" not in drawn and "<b>" not in drawn
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])

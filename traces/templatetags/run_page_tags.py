@@ -1,5 +1,5 @@
 """The run overview's long lists (`traces.run_page`), drawn from the page's context: the turn
-timeline's rows, the cognitive calls' rows and the fidelity map's groups."""
+timeline's rows, the cognitive calls' rows, the fidelity map's groups and the pin lanes."""
 
 from __future__ import annotations
 
@@ -32,3 +32,15 @@ def fidelity_groups(fmap: Any) -> SafeString:
     if isinstance(drawn, SafeString) and drawn:
         return drawn
     return run_page.fidelity_groups_html(fmap)
+
+
+@register.simple_tag(takes_context=True)
+def pin_lanes(context: template.Context) -> SafeString:
+    """The pin chart's lanes (`pins`)."""
+    return run_page.pin_lanes_svg_html(context["pins"])
+
+
+@register.simple_tag(takes_context=True)
+def pin_rows(context: template.Context) -> SafeString:
+    """The pins table's rows (`pins`, linking `run`'s turns for `agent`)."""
+    return run_page.pin_rows_html(context["run"], context["pins"], context.get("agent") or "")
