@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import marshal
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
@@ -512,40 +512,59 @@ class WorkingSetBuilder:
             carried is not None
             and blob is not None
             and carried.k == k
-            and len(carried.entries) <= len(history)
+            and len(carried.infos) <= len(history)
             and blob.startswith(carried.blob, 5)  # after the type code and the item count
-            and turns[: len(carried.entries)] == carried.turns
+            and turns[: len(carried.infos)] == carried.turns
         ):
-            p = len(carried.entries)
-        slots: list[_Slot] = []
-        entries: list[tuple[Hashable, _MessageInfo] | None] = []
+            p = len(carried.infos)
+        # Per message: its cache key and info (both None when it is not plain), role and texts.
+        keys: list[Hashable | None] = []
+        infos: list[_MessageInfo | None] = []
         roles: list[str] = []
         texts: list[MessageTexts | None] = []
-        append_slot, append_entry, append_role = slots.append, entries.append, roles.append
-        append_texts = texts.append
-        if carried is not None and p:
-            cache, lock = self._infos, self._lock
-            get, move_to_end = cache.get, cache.move_to_end
+        slots: list[_Slot] = []
+        cache, lock = self._infos, self._lock
+        if carried is not None and p and carried.plain:
+            # Every carried message is plain: each info is checked and moved to the cache's end by
+            # its key, in order, as `_info_keyed` does (infos compare by identity).
+            with lock:
+                same = list(map(cache.get, carried.keys)) == carried.infos
+                if same:
+                    deque(map(cache.move_to_end, carried.keys), maxlen=0)
+            if same:
+                keys, infos, roles, texts = (
+                    carried.keys[:],
+                    carried.infos[:],
+                    carried.roles[:],
+                    carried.texts[:],
+                )
+                slots = list(map(_Slot, range(p), history[:p], cast(list[_MessageInfo], infos), roles))
+        if carried is not None and p and not slots:
             lock.acquire()
             try:
-                for i, entry, role, text in zip(
-                    range(p), carried.entries, carried.roles, carried.texts, strict=True
+                for i, ikey, info, role, text in zip(
+                    range(p), carried.keys, carried.infos, carried.roles, carried.texts, strict=True
                 ):
                     m = history[i]
                     # The info is taken from the cache, as `_info_keyed` takes it, under its key.
-                    if entry is not None and get(entry[0]) is (info := entry[1]):
-                        move_to_end(entry[0])
+                    if info is not None and cache.get(ikey) is info:
+                        cache.move_to_end(ikey)
+                        found = info
                     else:  # not plain when first seen (looked up every step), or no longer cached
                         lock.release()
                         try:
-                            entry = self._info_keyed(m, turns[i]) if entry is not None else None
-                            info = entry[1] if entry is not None else self._info(m, turns[i])
+                            if info is not None:
+                                ikey, info = self._info_keyed(m, turns[i])
+                                found = info
+                            else:
+                                found = self._info(m, turns[i])
                         finally:
                             lock.acquire()
-                    append_entry(entry)
-                    append_role(role)
-                    append_texts(text)
-                    append_slot(_Slot(i, m, info, role))
+                    keys.append(ikey)
+                    infos.append(info)
+                    roles.append(role)
+                    texts.append(text)
+                    slots.append(_Slot(i, m, found, role))
             finally:
                 lock.release()
         for i in range(p, len(history)):
@@ -553,17 +572,18 @@ class WorkingSetBuilder:
             ikey, info = self._info_keyed(m, turns[i])
             role = str(m.get("role") or "")
             plain = m.__class__ is dict and _plain(m)
-            append_entry((ikey, info) if plain else None)
-            append_texts(MessageTexts() if plain else None)
-            append_role(role)
-            append_slot(_Slot(i, m, info, role))
+            keys.append(ikey if plain else None)
+            infos.append(info if plain else None)
+            texts.append(MessageTexts() if plain else None)
+            roles.append(role)
+            slots.append(_Slot(i, m, info, role))
         if carried is not None and p and carried.units:
             # Every unit but the last lies before a message of the previous history that ended it.
             units = carried.units[:-1] + _units(history, k, resume=carried.units[-1][0])
         else:
             units = _units(history, k)
         if blob is not None:
-            self._carried = _Carried(blob[5:], turns, k, entries, roles, units, texts)
+            self._carried = _Carried(blob[5:], turns, k, keys, infos, roles, units, texts)
         return slots, units, (texts if self.incremental else None)
 
     def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
@@ -684,18 +704,18 @@ class WorkingSetBuilder:
 class _Carried:
     """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
     history's messages (after the list's type code and count), the turns, the number of identity
-    messages, each message's (cache key, info) (None for a message that was not `_plain`), its role,
-    the units, and each message's `MessageTexts` (None for one not `_plain`). Never changed once
-    made."""
+    messages, each message's cache key and info (both None for a message that was not `_plain`),
+    role and `MessageTexts` (None when not plain), and the units. Never changed once made."""
 
-    __slots__ = ("blob", "turns", "k", "entries", "roles", "units", "texts")
+    __slots__ = ("blob", "turns", "k", "keys", "infos", "roles", "units", "texts", "plain")
 
     def __init__(
         self,
         blob: bytes,
         turns: list[int],
         k: int,
-        entries: list[tuple[Hashable, _MessageInfo] | None],
+        keys: list[Hashable | None],
+        infos: list[_MessageInfo | None],
         roles: list[str],
         units: list[list[int]],
         texts: list[MessageTexts | None],
@@ -703,7 +723,9 @@ class _Carried:
         self.blob = blob
         self.turns = turns
         self.k = k
-        self.entries = entries
+        self.keys = keys
+        self.infos = infos
         self.roles = roles
         self.units = units
         self.texts = texts
+        self.plain = None not in infos  # every message plain
