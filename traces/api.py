@@ -20,6 +20,7 @@ from django.core.handlers.wsgi import LimitedStream
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Prefetch, QuerySet
 from django.http import Http404, HttpResponseRedirect
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -384,8 +385,11 @@ def _parse_dt(value: str | None, name: str) -> datetime | None:
         return None
     try:
         parsed = parse_datetime(value)
+        # Without an offset, a time is in the default time zone (what Django assumes, with a warning).
+        if parsed is not None and timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed)
         # The database compares in UTC: a time that leaves years 1-9999 there is no time at all.
-        if parsed is not None and parsed.utcoffset() is not None:
+        if parsed is not None:
             parsed.astimezone(UTC)
     except (ValueError, OverflowError):  # "2026-13-01T00:00", "9999-12-31T23:00-05:00"
         parsed = None

@@ -47,6 +47,9 @@ def test_it_filters_and_paginates_runs(alice_client: Client, ingested: Project) 
     page = alice_client.get("/api/v1/runs?limit=4&offset=4").json()
     assert len(page["results"]) == 4 and page["next"] and page["previous"]
     assert ids("started_after=2100-01-01T00:00:00Z") == []
+    # Without an offset: the default time zone (UTC), up to the last day the database holds.
+    assert ids("started_after=2100-01-01") == ids("started_after=9999-12-31T23:59:59") == []
+    assert len(ids("started_before=2100-01-01T00:00")) == 9
     assert len(ids("started_before=2100-01-01T00:00:00Z")) == 9
     assert ids("agent=nobody") == []
 
