@@ -58,6 +58,8 @@ from traces.serializers import (
     StepSerializer,
     TurnSerializer,
     UploadSerializer,
+    represent,
+    represent_many,
 )
 from traces.uploads import clean_file_name, enqueue_upload
 
@@ -417,6 +419,9 @@ class RunListView(BaseView, generics.ListAPIView[Run]):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return _paginated(self, RunSerializer)
+
     def get_queryset(self) -> QuerySet[Run]:
         p = self.request.query_params
         qs = Run.objects.filter(project__in=scoped_projects(self.request)).select_related("project__team")
@@ -441,6 +446,15 @@ class RunListView(BaseView, generics.ListAPIView[Run]):
         if before:
             qs = qs.filter(started_at__lt=before)
         return qs.order_by("-started_at", "-pk")
+
+
+def _paginated(view: generics.GenericAPIView[Any], serializer_class: type[Any]) -> Response:
+    """`ListAPIView.list` with the rows written by `represent_many` (the same JSON)."""
+    queryset = view.filter_queryset(view.get_queryset())
+    page = view.paginate_queryset(queryset)
+    if page is None:
+        return Response(represent_many(serializer_class, queryset))
+    return view.get_paginated_response(represent_many(serializer_class, page))
 
 
 def get_run_for_request(request: Request, project_id: int, run_id: str) -> Run:
@@ -483,16 +497,27 @@ class LegacyRunView(BaseView):
         return HttpResponseRedirect(f"{url}?{query}" if query else url)
 
 
+def _api_turn_link(run: Run) -> Callable[[int], str]:
+    """`number → run.api_turn_url(number)` from two `reverse()` calls instead of one a turn: the
+    address with the number swapped, checked against a second real call (else each turn's own call)."""
+    probe = 987654321
+    head, sep, tail = run.api_turn_url(probe).rpartition(str(probe))
+    if sep and run.api_turn_url(1) == f"{head}1{tail}":
+        return lambda number: f"{head}{int(number)}{tail}"
+    return run.api_turn_url
+
+
 class RunDetailView(BaseView):
     @extend_schema(responses={200: RunSerializer}, summary="One run with its turns and pins")
     def get(self, request: Request, project_id: int, run_id: str) -> Response:
         run = get_run_for_request(request, project_id, run_id)
-        data = dict(RunSerializer(run).data)
-        turn_list = TurnSerializer(run.turn_set.order_by("agent", "number"), many=True).data
+        data = represent(RunSerializer, run)
+        turn_list = represent_many(TurnSerializer, run.turn_set.order_by("agent", "number"))
+        turn_url = _api_turn_link(run)
         for turn in turn_list:
-            turn["url"] = run.api_turn_url(turn["number"])
+            turn["url"] = turn_url(turn["number"])
         data["turn_list"] = turn_list
-        data["pins"] = PinSerializer(run.pins.all(), many=True).data
+        data["pins"] = represent_many(PinSerializer, run.pins.all())
         return Response(data)
 
     @extend_schema(
@@ -545,12 +570,12 @@ class TurnDetailView(BaseView):
                 "page_url": run.turn_url(number),
                 "turn": number,
                 "agents": [t.agent for t in turn_list],
-                "turns": TurnSerializer(turn_list, many=True).data,
-                "steps": StepSerializer(steps, many=True).data,
-                "active_pins": PinSerializer(run.active_pins_at(number, agent=agent), many=True).data,
-                "primitive_events": PrimitiveEventSerializer(
-                    primitives.order_by("timestamp", "id"), many=True
-                ).data,
+                "turns": represent_many(TurnSerializer, turn_list),
+                "steps": represent_many(StepSerializer, steps),
+                "active_pins": represent_many(PinSerializer, run.active_pins_at(number, agent=agent)),
+                "primitive_events": represent_many(
+                    PrimitiveEventSerializer, primitives.order_by("timestamp", "id")
+                ),
             }
         )
 
@@ -563,6 +588,9 @@ class EventListView(BaseView, generics.ListAPIView[Event]):
     @extend_schema(parameters=[OpenApiParameter("type", str, description="event types, comma-separated")])
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return _paginated(self, EventSerializer)
 
     def get_queryset(self) -> QuerySet[Event]:
         run = get_run_for_request(self.request, self.kwargs["project_id"], self.kwargs["run_id"])

@@ -1,11 +1,21 @@
-"""DRF serializers for the read API and the shapes of the ingest and upload endpoints."""
+"""DRF serializers for the read API and the shapes of the ingest and upload endpoints.
+
+The read views write a serializer's output with `represent` / `represent_many`: the same fields, values
+and order as `Serializer(instance).data`, with the serializer's fields built once per class. DRF builds
+them anew for every serializer object (ModelSerializer inspects the model each time), which was most of
+the CPU of a small response such as one run with its turns.
+"""
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.db import models
 from django.urls import reverse
 from rest_framework import serializers
+from rest_framework.fields import SkipField
 
 from traces.models import (
     ContextDecision,
@@ -19,6 +29,64 @@ from traces.models import (
     run_api_url,
     run_page_url,
 )
+
+#: Per readable field of a serializer class: its name, how to read its value from an instance, and how
+#: to represent a value that is not None.
+FieldPlan = tuple[tuple[str, Callable[[Any], Any], Callable[[Any], Any]], ...]
+
+
+_plans: dict[type[Any], FieldPlan] = {}
+
+
+def field_plan(serializer_class: type[serializers.BaseSerializer[Any]]) -> FieldPlan:
+    """The readable fields of `serializer_class`, built once. Only for serializers whose output does
+    not depend on their context (no request, no hyperlinked fields): the fields are shared by every
+    call. A field read straight from a model column is read with `getattr` (DRF's `get_attribute`
+    would also call a callable, which a column value never is); any other source goes through DRF."""
+    plan = _plans.get(serializer_class)
+    if plan is None:
+        plan = _plans[serializer_class] = _field_plan(serializer_class)
+    return plan
+
+
+def _field_plan(serializer_class: type[serializers.BaseSerializer[Any]]) -> FieldPlan:
+    fields = serializer_class().fields  # type: ignore[attr-defined]
+    meta = getattr(serializer_class, "Meta", None)
+    model = getattr(meta, "model", None)
+    columns: set[str] = set()
+    if model is not None:
+        columns = {
+            f.name for f in model._meta.concrete_fields if not f.is_relation and isinstance(f, models.Field)
+        }
+    plan = []
+    for field in fields.values():
+        if field.write_only:
+            continue
+        attrs = field.source_attrs
+        read = (
+            operator.attrgetter(attrs[0]) if len(attrs) == 1 and attrs[0] in columns else field.get_attribute
+        )
+        plan.append((field.field_name, read, field.to_representation))
+    return tuple(plan)
+
+
+def represent(serializer_class: type[serializers.BaseSerializer[Any]], instance: Any) -> dict[str, Any]:
+    """`serializer_class(instance).data` as a plain dict (see `field_plan`)."""
+    out: dict[str, Any] = {}
+    for name, read, to_representation in field_plan(serializer_class):
+        try:
+            value = read(instance)
+        except SkipField:
+            continue
+        out[name] = None if value is None else to_representation(value)
+    return out
+
+
+def represent_many(
+    serializer_class: type[serializers.BaseSerializer[Any]], instances: Iterable[Any]
+) -> list[dict[str, Any]]:
+    """`serializer_class(instances, many=True).data` as a list of plain dicts."""
+    return [represent(serializer_class, instance) for instance in instances]
 
 
 class RunSerializer(serializers.ModelSerializer[Run]):
@@ -106,11 +174,10 @@ class StepSerializer(serializers.ModelSerializer[Step]):
 
     def get_decision(self, step: Step) -> dict[str, Any] | None:
         decision = getattr(step, "decision", None)
-        return DecisionSerializer(decision).data if decision is not None else None
+        return represent(DecisionSerializer, decision) if decision is not None else None
 
     def get_primitive_events(self, step: Step) -> list[dict[str, Any]]:
-        # many=True builds a ListSerializer, whose .data is a list; the stub types it as one item's dict.
-        return PrimitiveEventSerializer(step.primitive_events.all(), many=True).data  # type: ignore[return-value]
+        return represent_many(PrimitiveEventSerializer, step.primitive_events.all())
 
 
 class PinSerializer(serializers.ModelSerializer[Pin]):

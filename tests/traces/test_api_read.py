@@ -9,13 +9,25 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, sample_events
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import api_path, ingest_file
 from traces.ingest import ingest_events
-from traces.models import Project
+from traces.models import Pin, Project, Run, Step, Team, Turn
+from traces.serializers import (
+    DecisionSerializer,
+    EventSerializer,
+    PinSerializer,
+    PrimitiveEventSerializer,
+    RunSerializer,
+    StepSerializer,
+    TurnSerializer,
+    represent,
+)
 
 
 @pytest.fixture
@@ -84,6 +96,7 @@ def test_it_shows_a_run_with_turns_and_pins(api_client: Client, ingested: Projec
     body = api_client.get(api_path(PIN_RUN)).json()
     assert (body["turns"], body["steps"], body["primitives"]) == (10, 10, 9)
     assert [t["number"] for t in body["turn_list"]] == list(range(1, 11))
+    assert [t["url"] for t in body["turn_list"]] == [f"{api_path(PIN_RUN)}/turns/{n}" for n in range(1, 11)]
     assert [p["label"] for p in body["pins"]] == ["constraints", "customer"]
 
 
@@ -201,3 +214,80 @@ def test_it_filters_runs_by_status(alice_client: Client, ingested: Project) -> N
     # Every send ended with a final answer; the history_seeded file has no step at all (completed too).
     assert len(completed) == 9 and running == []
     assert alice_client.get("/api/v1/runs?status=bogus").status_code == 400
+
+
+# --------------------------------------------------------------------------------------------------
+# The read views write each row with `represent`: the serializer's own JSON, with its fields built once.
+
+
+def _same(serializer_class: type[Any], instance: Any) -> None:
+    ours = represent(serializer_class, instance)
+    drf = serializer_class(instance).data
+    assert list(ours.items()) == list(drf.items())
+    assert json.dumps(ours) == json.dumps(drf)
+
+
+def test_represent_writes_what_the_serializers_write(samples: Project) -> None:
+    """Every row of every sample run, through every serializer of the read API."""
+    runs = list(Run.objects.filter(project=samples).select_related("project__team"))
+    assert runs
+    steps = decisions = 0
+    for run in runs:
+        _same(RunSerializer, run)
+        for turn in run.turn_set.all():
+            _same(TurnSerializer, turn)
+        for pin in run.pins.all():
+            _same(PinSerializer, pin)
+        for primitive in run.primitive_events.all():
+            _same(PrimitiveEventSerializer, primitive)
+        for step in (
+            Step.objects.filter(run=run).select_related("decision").prefetch_related("primitive_events")
+        ):
+            _same(StepSerializer, step)
+            steps += 1
+            decision = getattr(step, "decision", None)
+            if decision is not None:
+                _same(DecisionSerializer, decision)
+                decisions += 1
+        for event in run.raw_events():
+            _same(EventSerializer, event)
+    assert steps and decisions
+
+
+def _json_values() -> st.SearchStrategy[Any]:
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    return st.recursive(
+        leaves,
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(), kids, max_size=3),
+        max_leaves=8,
+    )
+
+
+def _row_values(model: type[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Any value each column of `model` may hold (None where it is nullable)."""
+    from django.db import models
+    from hypothesis.extra.django import from_field
+
+    fields: dict[str, st.SearchStrategy[Any]] = {}
+    for f in model._meta.concrete_fields:
+        if f.is_relation or f.primary_key:
+            continue
+        if isinstance(f, models.JSONField):
+            value: st.SearchStrategy[Any] = _json_values()
+        elif isinstance(f, models.PositiveBigIntegerField):
+            value = st.integers(0, 2**63 - 1)
+        else:
+            value = from_field(f)
+        fields[f.attname] = st.none() | value if f.null else value
+    return st.fixed_dictionaries(fields)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=_row_values(Run), turn=_row_values(Turn), pin=_row_values(Pin))
+def test_represent_matches_drf_on_any_row(
+    run: dict[str, Any], turn: dict[str, Any], pin: dict[str, Any]
+) -> None:
+    project = Project(pk=7, slug="p", team=Team(pk=3, name="T"))
+    _same(RunSerializer, Run(project=project, **run))
+    _same(TurnSerializer, Turn(**turn))
+    _same(PinSerializer, Pin(**pin))
