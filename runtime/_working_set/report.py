@@ -3,7 +3,6 @@ explanation it leaves behind."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,14 @@ class _Plan:
     pin_msgs: list[dict[str, Any]] = field(default_factory=list)
     pin_counts: list[int] = field(default_factory=list)
     pin_tokens: int = 0
+    # Step 6: counted while assembling (`sent_messages_and_decisions`): input messages by outcome,
+    # sent ones by level, L0 tokens of all, tokens sent, and L0 and sent tokens of the compressed.
+    outcomes: dict[str, int] = field(default_factory=dict)
+    levels: dict[str, int] = field(default_factory=dict)
+    l0_total: int = 0
+    sent_input: int = 0
+    squeezed_before: int = 0
+    squeezed_after: int = 0
     # Each input message's JSON texts kept from the step before (None: not known); see `_slots`.
     l0_texts: list[MessageTexts | None] | None = None
     # Step 3: strategy.
@@ -61,19 +68,10 @@ def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: 
     total = budget_used + tools_tokens
     dist = {lvl: 0 for lvl in LEVELS}
     dist["L0"] += pin_count
-    sent_input = 0
-    l0_total = 0
-    not_kept = 0
-    # One pass over the slots (a history's length at every step).
-    for s in slots:
-        l0_total += s.l0
-        outcome = s.outcome
-        if outcome == "kept" or outcome == "compressed":
-            level, _, tokens = s.info.rungs[s.rung]
-            dist[level] += 1
-            sent_input += tokens
-        if outcome != "kept":
-            not_kept += 1
+    for level, count in plan.levels.items():
+        dist[level] += count
+    sent_input, l0_total = plan.sent_input, plan.l0_total
+    not_kept = len(slots) - plan.outcomes.get("kept", 0)
     return ContextReport(
         turn=turn,
         step=step,
@@ -114,12 +112,13 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
     budget_used, budget_total, pin_count = plan.total, plan.budget_total, len(plan.pin_msgs)
     pct = round(report.utilization * 100)
     figures = f"budget {budget_used}/{budget_total} tokens ({pct}% of the window)"
-    outcomes = Counter(s.outcome for s in slots)
-    compressed, dropped, summarized = outcomes["compressed"], outcomes["dropped"], outcomes["summarized"]
+    outcomes = plan.outcomes
+    compressed, dropped = outcomes.get("compressed", 0), outcomes.get("dropped", 0)
+    summarized = outcomes.get("summarized", 0)
     if used == "passthrough":
         text = f"Under budget, all {len(slots)} messages kept; {figures}"
     elif used == "aggressive_truncate":
-        kept = sum(1 for s in slots if s.sent)
+        kept = outcomes.get("kept", 0) + compressed
         text = f"Aggressive truncate: kept identity + last turns ({kept} messages), {dropped} dropped"
         if compressed:
             text += f", {compressed} compressed"
@@ -130,9 +129,7 @@ def explanation(plan: _Plan, report: ContextReport) -> str:
             text += f", {compressed} compressed, {dropped} dropped"
         text += f"; {figures}"
     else:
-        squeezed = [s for s in slots if s.outcome == "compressed"]
-        before = sum(s.l0 for s in squeezed)
-        after = sum(s.info.rungs[s.rung][2] for s in squeezed)
+        before, after = plan.squeezed_before, plan.squeezed_after
         ratio = before / after if after else 1.0
         text = f"{compressed} messages fidelity-compressed ({ratio:.1f}x), {dropped} dropped; {figures}"
     if pin_count:
@@ -177,12 +174,24 @@ def sent_messages_and_decisions(
     decisions: list[MessageDecision] = []
     add_message, add_source, add_decision = messages.append, sources.append, decisions.append
     add_text = texts.append if texts is not None else None
-    # One pass: each slot's decision and, after the identity, its message.
+    outcomes: dict[str, int] = {}
+    levels: dict[str, int] = {}
+    l0_total = sent_input = squeezed_before = squeezed_after = 0
+    # One pass: each slot's decision, its counts and, after the identity, its message.
     for s in slots:
         outcome = s.outcome
         info = s.info
         rung = info.rungs[s.rung]
         sent = outcome == "kept" or outcome == "compressed"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        l0_total += s.l0
+        if sent:
+            level = rung[0]
+            levels[level] = levels.get(level, 0) + 1
+            sent_input += rung[2]
+            if outcome == "compressed":
+                squeezed_before += s.l0
+                squeezed_after += rung[2]
         if s.index >= k:
             if outcome == "summarized" and not placed_summary and summary_msg is not None:
                 add_message(summary_msg)
@@ -216,6 +225,8 @@ def sent_messages_and_decisions(
             decision = made[fields] = make(*fields)
         add_decision(decision)
 
+    plan.outcomes, plan.levels, plan.l0_total, plan.sent_input = outcomes, levels, l0_total, sent_input
+    plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
     decisions.extend(
         MessageDecision(
             index=k + j,
