@@ -259,15 +259,21 @@ def post_all(base: str, key: str, batches: list[list[dict[str, Any]]], clients: 
 
 def latency(base: str, key: str, project_id: int, rng: random.Random, n: int) -> list[float]:
     """Seconds from POST to the run's new events being visible in the read API, polled at the run's own
-    address (`/api/v1/projects/<id>/runs/<run_id>`: the key's project is known to its producer)."""
+    address (`/api/v1/projects/<id>/runs/<run_id>`: the key's project is known to its producer).
+
+    The clock starts when the request is sent: the body is encoded before, as `post_all` does (a
+    producer's own JSON encoding is not the server's latency). It stops when a GET shows every event:
+    the first GET does, since a 2xx means committed."""
     out = []
-    with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    with httpx.Client(headers=headers, timeout=60) as c:
         for _ in range(n):
             events = small_run(rng, 125)  # one batch of 500 for one new run
             run_id = events[0]["run_id"]
             url = f"{base}/api/v1/projects/{project_id}/runs/{run_id}"
+            body = json.dumps({"events": events}).encode()
             t0 = time.perf_counter()
-            r = c.post(f"{base}/api/v1/ingest", json={"events": events})
+            r = c.post(f"{base}/api/v1/ingest", content=body)
             assert r.status_code == 200, r.text[:200]
             while True:
                 got = c.get(url)
