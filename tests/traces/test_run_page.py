@@ -306,7 +306,7 @@ def test_a_finished_overview_is_read_from_the_cache_on_the_next_view(
     assert first == second and "Turn 1</a>" in second and "p_00000001" in second
     # The timeline's count and page, the cognitive calls, the pins, the rejected pin calls, the
     # window's report and whether tokens are estimates: read once.
-    assert len(warm.captured_queries) <= len(cold.captured_queries) - 6
+    assert len(warm.captured_queries) <= len(cold.captured_queries) - 7
     # Each window is its own entry, drawn as it would be cold.
     for query in ("?tp=1", "?pins=1", "?calls=1", "?tp=9&calls=bad", "?agent=nobody"):
         warm_page = _overview(alice_client, run.get_absolute_url() + query)
