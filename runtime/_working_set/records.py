@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal
 
+from .._json_text import flat_texts
 from ..errors import ConfigError
 
 StrategyName = Literal["passthrough", "tail_preserve", "llm_summarize", "aggressive_truncate"]
@@ -457,13 +459,20 @@ class ContextDecision:
         `decision_texts()` are the texts of."""
         shapes: list[dict[str, Any]] | None = self.__dict__.get("_shapes")
         if shapes is None:
-            shapes = self.__dict__["_shapes"] = [d._shape() for d in self.decisions]
+            try:  # each made already (the builder's decisions are)
+                shapes = list(map(_SHAPE_OF, self.decisions))
+            except AttributeError:
+                shapes = [d._shape() for d in self.decisions]
+            self.__dict__["_shapes"] = shapes
         return shapes
 
     def decision_texts(self) -> list[str]:
         """The compact JSON text of each message decision's trace shape, in order; a decision the
         builder made at an earlier step (the same fields) keeps its text."""
-        return [d._text() for d in self.decisions]
+        try:  # each made already (the builder's decisions are)
+            return list(map(_TEXT_OF, self.decisions))
+        except AttributeError:  # texts remembered by their fields' values and types
+            return flat_texts(self.decision_shapes())
 
     def to_metadata(self) -> dict[str, Any]:
         """The whole `metadata` of a `context_decision` event except `producer`, `turn`, `step` and
@@ -479,6 +488,11 @@ class ContextDecision:
             "messages_out": self.messages_out,
             "context_report": self.report.to_dict(),
         }
+
+
+# A message decision's trace shape and its text, once `_shape()` and `_text()` have made them.
+_SHAPE_OF = attrgetter("_shape_dict")
+_TEXT_OF = attrgetter("_shape_text")
 
 
 @dataclass(frozen=True)

@@ -223,10 +223,13 @@ def sent_messages_and_decisions(
         decision = made.get(fields)
         if decision is None:
             decision = made[fields] = make(*fields)
+            if remember:
+                decision._text()  # its shape and text, made once
         add_decision(decision)
 
     plan.outcomes, plan.levels, plan.l0_total, plan.sent_input = outcomes, levels, l0_total, sent_input
     plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
+    start = len(decisions)
     decisions.extend(
         MessageDecision(
             index=k + j,
@@ -242,6 +245,9 @@ def sent_messages_and_decisions(
         )
         for j, p in enumerate(plan.pins)
     )
+    if remember:
+        for pin in decisions[start:]:
+            pin._text()
     return messages, decisions, sources, texts
 
 
