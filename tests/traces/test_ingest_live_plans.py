@@ -24,7 +24,7 @@ from tests.traces.helpers import our_run, projection_snapshot
 from tests.traces.test_ingest_incremental import _foreign_parent
 from tests.traces.views_helpers import envelope
 from traces import ingest
-from traces.models import Project, Run
+from traces.models import Pin, Project, Run
 
 postgresql_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="PostgreSQL's planner and statistics"
@@ -44,10 +44,21 @@ def _stream(run_id: str, steps: int) -> list[dict[str, Any]]:
                         parent_step_id=prev, timestamp=t.isoformat(), model="m")  # fmt: skip
         prev = turn["step_id"]
         out.append(turn)
+        if i in (0, 2):  # pins in turns 1 and 2
+            out.append(_pin(run_id, md, prev, t, i + 1))
         for kind in ("llm_call", "tool_call"):
             t += timedelta(milliseconds=1)
             out.append(envelope(run_id, kind, md, parent_step_id=prev, timestamp=t.isoformat()))
     return out
+
+
+def _pin(run_id: str, md: dict[str, Any], parent: str, t: datetime, n: int) -> dict[str, Any]:
+    pin_id = f"p_{n:08x}"
+    return envelope(run_id, "cognitive_primitive", {**md, "primitive": "pin", "tool_call_id": f"pin-{n}",
+                    "args": {"content": f"fact {n}", "label": f"l{n}"}, "tokens": 5,
+                    "result": {"pinned": True, "pin_id": pin_id, "label": f"l{n}", "until_turn": None,
+                               "already_pinned": False}},
+                    parent_step_id=parent, timestamp=t.isoformat())  # fmt: skip
 
 
 def _filtered(plan: dict[str, Any]) -> int:
@@ -63,7 +74,7 @@ def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_tu
     assert ingest.ingest_events(project, other, source="api").accepted == len(other)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE traces_event")  # statistics from before the live run
-    events = _stream("live-run", 300)  # 900 events
+    events = _stream("live-run", 300)  # 902 events
     size = 7  # batches that split steps: a step's last events come after its turn event's batch
     batches = [events[i : i + size] for i in range(0, len(events), size)]
     # …and, last, an event of the last turn naming the turn event of the first step: a turn event of
@@ -71,12 +82,18 @@ def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_tu
     md = {"producer": "arcana-console", "turn": 150, "step": 2}
     batches[-1].append(envelope("live-run", "llm_call", md, parent_step_id=events[0]["step_id"],
                                 timestamp=events[-1]["timestamp"]))  # fmt: skip
+    # …and a pin: the agent's pins are projected again, from its stored pin calls (looked up by step id).
+    last_turn = next(e for e in reversed(events) if e["event_type"] == "turn")
+    batches[-1].append(
+        _pin("live-run", md, last_turn["step_id"], datetime.fromisoformat(events[-1]["timestamp"]), 9)
+    )
     for batch in batches[:-1]:
         assert ingest.ingest_events(project, batch, source="api").accepted == len(batch)
     with CaptureQueriesContext(connection) as ctx:
         assert ingest.ingest_events(project, batches[-1], source="api").accepted == len(batches[-1])
     assert turn_by_turn[-1] is True  # the live path, not a whole-run projection
-    assert Run.objects.get(run_id="live-run").events == len(events) + 1
+    assert Run.objects.get(run_id="live-run").events == len(events) + 2
+    assert Pin.objects.filter(run__run_id="live-run").count() == 3
     reads = [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip("( ").upper().startswith("SELECT")]
     # The parent look-ups ran: stored events naming a new turn event, a stored turn event named.
     assert any("parent_step_id =" in sql for sql in reads)
@@ -100,13 +117,12 @@ def _live_events() -> list[dict[str, Any]]:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_split_and_order_of_a_live_run_gives_the_rows_of_one_batch(
-    project: Project, turn_by_turn: list[bool], data: st.DataObject
+    project: Project, data: st.DataObject
 ) -> None:
     """The look-ups by parent and by step id (stored events naming a new turn event; a turn event of
     another turn named by a batch's event) give the rows of one whole batch, whatever the order of the
     events and wherever the batches split."""
     events = _live_events()
-    turn_by_turn.clear()
     one = Project.objects.create(team=project.team, slug=f"one-{Project.objects.count()}")
     ingest.ingest_events(one, events, source="api")
     order = data.draw(st.permutations(range(len(events))) | st.just(list(range(len(events)))))
@@ -115,4 +131,3 @@ def test_any_split_and_order_of_a_live_run_gives_the_rows_of_one_batch(
     for lo, hi in zip([0, *cuts], [*cuts, len(events)], strict=True):
         ingest.ingest_events(streamed, [events[i] for i in order[lo:hi]], source="api")
     assert projection_snapshot(streamed) == projection_snapshot(one)
-    assert not cuts or any(turn_by_turn)  # some batches went turn by turn

@@ -103,7 +103,7 @@ def _touched_turns(
     }
     if parents:
         # Turn events of other turns named as parents: normalize_events looks them up (the spine).
-        loaded += [_parse_stored(raw) for raw in _stored_turn_events(project, rid, sorted(parents))]
+        loaded += [_parse_stored(raw) for raw in _stored_raw(project, rid, sorted(parents), "turn")]
     turn_views = [
         tv
         for tv in build_steps(normalize_events(sorted(loaded, key=_sort_key)))
@@ -363,18 +363,24 @@ def _touched_rows(
         return list(cursor.fetchall())
 
 
-def _stored_turn_events(project: Project, run_id: str, step_ids: list[str]) -> list[str]:
-    """The raw text of the run's stored `turn` events among `step_ids`: one query. PostgreSQL: a UNION
-    ALL of unique-key look-ups (an `IN` list, with a live run's stale statistics, is planned as a scan
-    of the run filtered by the list; see `_touched_rows`)."""
+def _stored_raw(
+    project: Project, run_id: str, step_ids: list[str], event_type: str | None = None
+) -> list[str]:
+    """The raw text of the run's stored events among `step_ids` (of `event_type` only, when given): one
+    query. PostgreSQL: a UNION ALL of unique-key look-ups (an `IN` list, with a live run's stale
+    statistics, is planned as a scan of the run filtered by the list; see `_touched_rows`)."""
+    if not step_ids:
+        return []
     qn = connection.ops.quote_name
     one = f"SELECT raw FROM {qn(Event._meta.db_table)} WHERE project_id = %s AND run_id = %s AND "
+    of_type = " AND event_type = %s" if event_type is not None else ""
+    typed = [event_type] if event_type is not None else []
     if connection.vendor == "postgresql":
-        sql = " UNION ALL ".join([f"{one}step_id = %s AND event_type = 'turn'"] * len(step_ids))
-        params: list[Any] = [v for sid in step_ids for v in (project.pk, run_id, sid)]
+        sql = " UNION ALL ".join([f"{one}step_id = %s{of_type}"] * len(step_ids))
+        params: list[Any] = [v for sid in step_ids for v in (project.pk, run_id, sid, *typed)]
     else:
-        sql = f"{one}step_id IN ({', '.join(['%s'] * len(step_ids))}) AND event_type = 'turn'"
-        params = [project.pk, run_id, *step_ids]
+        sql = f"{one}step_id IN ({', '.join(['%s'] * len(step_ids))}){of_type}"
+        params = [project.pk, run_id, *step_ids, *typed]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)  # noqa: S608  (names are ours; values are parameters)
         return [raw for (raw,) in cursor.fetchall()]
@@ -533,17 +539,12 @@ def _project_pins(
     """The pin rows of `agents` (all their pins): `pin_lifetimes` over the touched turns' views and, for
     the other turns, their stored pin/unpin calls (and, only when a pin has no token count, the
     working sets that rendered a pin)."""
-    events = Event.objects.filter(project=project, run_id=run.run_id)
     ids = list(
         PrimitiveEvent.objects.filter(run=run, agent__in=agents, primitive__in=("pin", "unpin"))
         .exclude(in_dirty)
         .values_list("event_step_id", flat=True)
     )
-    stored = (
-        [_parse_stored(raw) for raw in events.filter(step_id__in=ids).values_list("raw", flat=True)]
-        if ids
-        else []
-    )
+    stored = [_parse_stored(raw) for raw in _stored_raw(project, run.run_id, sorted(set(ids)))]
     mine = [tv for tv in dirty_views if (tv.agent or "") in agents]
 
     def lifetimes(extra: list[TraceEvent]) -> list[PinLifetime]:
@@ -559,6 +560,7 @@ def _project_pins(
             .values_list("agent", "turn_number")
         )
         if rendered:
+            events = Event.objects.filter(project=project, run_id=run.run_id)
             stored += [
                 _parse_stored(raw)
                 for agent, turn, raw in events.filter(
