@@ -4,6 +4,7 @@ blocks, and the decision and report a build leaves behind."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -270,10 +271,39 @@ class MessageDecision:
         """The compact JSON text of `_shape()` (as a JSONL line holds it), made once per decision."""
         text: str | None = self.__dict__.get("_shape_text")
         if text is None:
-            text = self.__dict__["_shape_text"] = json.dumps(
-                self._shape(), separators=(",", ":"), ensure_ascii=False
-            )
+            text = self.__dict__["_shape_text"] = self._encode()
         return text
+
+    def _encode(self) -> str:
+        """`json.dumps(self._shape(), separators=(",", ":"), ensure_ascii=False)`: written out for
+        a message's decision of exact ints, strings, None and a finite float (what the builder
+        makes; int and float give the text `repr` does, as json does), else by `json.dumps`."""
+        d = self.__dict__
+        index, before, after, score = (
+            d["index"],
+            d["token_count_before"],
+            d["token_count_after"],
+            d["relevance_score"],
+        )
+        role, outcome, fidelity, reason = d["role"], d["outcome"], d["fidelity"], d["reason"]
+        if (
+            not d["pinned"]
+            and index.__class__ is int
+            and before.__class__ is int
+            and after.__class__ is int
+            and (score is None or (score.__class__ is float and math.isfinite(score)))
+            and role.__class__ is str
+            and outcome.__class__ is str
+            and reason.__class__ is str
+            and (fidelity is None or fidelity.__class__ is str)
+        ):
+            return (
+                f'{{"index":{index!r},"role":{_string(role)},"outcome":{_string(outcome)},'
+                f'"fidelity":{"null" if fidelity is None else _string(fidelity)},'
+                f'"relevance_score":{"null" if score is None else repr(score)},'
+                f'"token_count_before":{before!r},"token_count_after":{after!r},"reason":{_string(reason)}}}'
+            )
+        return json.dumps(self._shape(), separators=(",", ":"), ensure_ascii=False)
 
     def _make_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -490,6 +520,8 @@ class ContextDecision:
         }
 
 
+# A JSON string's text, as json.dumps(ensure_ascii=False) writes it.
+_string = json.encoder.encode_basestring
 # A message decision's trace shape and its text, once `_shape()` and `_text()` have made them.
 _SHAPE_OF = attrgetter("_shape_dict")
 _TEXT_OF = attrgetter("_shape_text")

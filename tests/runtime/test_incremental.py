@@ -399,3 +399,23 @@ async def _outcome(build: Any) -> Any:
         return await build
     except ContextOverflowError as exc:
         return f"ContextOverflowError: {exc}"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    index=st.integers(0, 10**6) | st.booleans(),
+    role=st.text(max_size=6),
+    outcome=st.sampled_from(["kept", "compressed", "dropped", "summarized"]),
+    fidelity=st.none() | st.sampled_from(["L0", "L1", "L2", "L3"]) | st.text(max_size=3),
+    score=st.none() | st.floats() | st.integers(0, 2) | st.booleans(),
+    before=st.integers(0, 10**7) | st.floats(0, 10) | st.booleans(),
+    after=st.integers(0, 10**7),
+    reason=st.text(max_size=8),
+)
+def test_a_decision_text_is_json_dumps_of_its_shape(
+    index: Any, role: str, outcome: Any, fidelity: Any, score: Any, before: Any, after: int, reason: str
+) -> None:
+    from runtime._working_set import MessageDecision
+
+    d = MessageDecision._of_message(index, role, outcome, fidelity, score, before, after, reason)
+    assert d._text() == json.dumps(d.to_dict(), separators=(",", ":"), ensure_ascii=False)
