@@ -1,0 +1,70 @@
+"""A batch's writer around the projection: the garbage collector paused for the batch and left as it
+was found, and the runs created and locked by one statement (new and stored runs together, in order)."""
+
+from __future__ import annotations
+
+import gc
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.traces.views_helpers import envelope
+from traces.ingest import writing
+from traces.models import Project, Run
+
+
+def _events(run_id: str, n: int = 3) -> list[dict[str, Any]]:
+    return [
+        envelope(run_id, "turn", {"producer": "arcana-console", "turn": i + 1, "step": 1}) for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_for_the_batch_and_left_as_found(
+    project: Project, monkeypatch: pytest.MonkeyPatch, enabled: bool
+) -> None:
+    seen: list[bool] = []
+    check = writing.check_events
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "check_events", recording)
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        result = writing.ingest_events(project, _events("r1"), source="api")
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert result.accepted == 3
+    assert seen == [False]
+
+
+def test_the_collector_comes_back_after_an_error() -> None:
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), writing.collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_runs_are_created_with_their_defaults_and_stored_ones_kept(project: Project) -> None:
+    b_events = _events("b-run", 4)
+    writing.ingest_events(project, b_events[:3], source="api")
+    stored = Run.objects.get(project=project, run_id="b-run")
+    # One batch: a new run, the stored one again, and another new run (locked in run_id order).
+    batch = _events("c-run") + b_events + _events("a-run")
+    result = writing.ingest_events(project, batch, source="api")
+    assert result.runs == ["a-run", "b-run", "c-run"]
+    assert (result.accepted, result.duplicates) == (7, 3)
+    runs = {r.run_id: r for r in Run.objects.filter(project=project)}
+    assert runs["b-run"].pk == stored.pk and runs["b-run"].created_at == stored.created_at
+    for rid in ("a-run", "c-run"):
+        run = runs[rid]
+        assert run.source == Run.Source.RUNTIME and run.events == 3 and run.turns == 3
+        assert isinstance(run.agents, list) and run.created_at <= datetime.now(UTC)
+        assert run.failure == "" and run.bundle_id == ""
+    assert runs["b-run"].events == 4  # the 4th turn is new; the first three are duplicates
