@@ -147,14 +147,34 @@ _json_rows = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default
 
 
 def _update_runs(runs: list[Run]) -> None:
-    """Write the projected counters of `runs` (one UPDATE per run, sent as one executemany)."""
+    """Write the projected counters of `runs`. PostgreSQL: one UPDATE joined to the rows given as one
+    JSON text (`json_populate_recordset`), as `_insert_small` inserts; elsewhere one UPDATE per run,
+    sent as one executemany.
+
+    Why one JSON text: a parameter per column per run cost more CPU than the statement (Django's
+    `get_db_prep_save` and psycopg's quoting of each value, in Python)."""
     if not runs:
         return
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
-    sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
-    sql = f"UPDATE {connection.ops.quote_name(Run._meta.db_table)} SET {sets} WHERE id = %s"
+    qn = connection.ops.quote_name
+    table = qn(Run._meta.db_table)
     rows = [{f.attname: getattr(run, f.attname) for f in fields} for run in runs]
     _fit_ints(Run, rows)
+    if connection.vendor == "postgresql":
+        json_rows = [
+            {"id": run.pk, **{f.column: row[f.attname] for f in fields}}
+            for run, row in zip(runs, rows, strict=True)
+        ]
+        sets = ", ".join(f"{qn(f.column)} = j.{qn(f.column)}" for f in fields)
+        sql = (
+            f"UPDATE {table} AS r SET {sets} FROM json_populate_recordset(NULL::{table}, %s) AS j "
+            f"WHERE r.{qn('id')} = j.{qn('id')}"
+        )  # noqa: S608  (names are ours; values are one parameter)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [_json_rows(json_rows)])
+        return
+    sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+    sql = f"UPDATE {table} SET {sets} WHERE id = %s"
     params = [
         [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk]
         for run, row in zip(runs, rows, strict=True)
