@@ -223,8 +223,9 @@ def sent_messages_and_decisions(
         decision = made.get(fields)
         if decision is None:
             decision = made[fields] = make(*fields)
-            if remember:
-                decision._text()  # its shape and text, made once
+            if remember:  # its shape and text, made once
+                decision._shape()
+                decision._text()
         add_decision(decision)
 
     plan.outcomes, plan.levels, plan.l0_total, plan.sent_input = outcomes, levels, l0_total, sent_input
@@ -247,6 +248,7 @@ def sent_messages_and_decisions(
     )
     if remember:
         for pin in decisions[start:]:
+            pin._shape()
             pin._text()
     return messages, decisions, sources, texts
 
