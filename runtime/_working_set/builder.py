@@ -329,9 +329,6 @@ class WorkingSetBuilder:
             else:
                 s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
 
-    def _score(self, s: _Slot, goal: frozenset[str], position: float) -> float:
-        return round(min(self._relevance(s, goal) + 0.1 * position, 1.0), 3)
-
     @staticmethod
     def _relevance(s: _Slot, goal: frozenset[str]) -> float:
         """A slot's score before its position term (`_relevance_of`), kept on the message's info for
