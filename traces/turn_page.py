@@ -25,18 +25,16 @@ table shows a pin's label and id only, never its content, so a share link that h
 from __future__ import annotations
 
 import hashlib
-import html
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.cache import cache
-from django.utils.formats import localize
 from django.utils.safestring import SafeString, mark_safe
 
 from traces import queries
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
+from traces.run_page import text
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
 TURN_CACHE_VERSION = 1
@@ -185,23 +183,6 @@ def _snapshot(snapshot: Any) -> dict[str, Any] | None:
 # The decision table
 
 
-_escape = html.escape
-#: Whether a text holds a character `html.escape` replaces (most cells hold none: one scan, no copies).
-_MARKUP = re.compile("[&<>\"']").search
-
-
-def _text(value: Any) -> str:
-    """`value` as the template's `{{ value }}` prints it with auto-escaping: localized when a number,
-    `str()` otherwise, then HTML-escaped (`& < > " '`)."""
-    if type(value) is str:
-        return _escape(value) if _MARKUP(value) else value
-    if type(value) is int:  # what localize gives an int without thousand separators
-        return str(value)
-    if value is None:
-        return "None"
-    return _escape(str(localize(value)))
-
-
 _HEAD = (
     '<div class="table-wrap decisions__wrap" tabindex="0" role="region" aria-label="Per-message decisions">\n'
     '<table class="table table--compact decision-table">\n'
@@ -222,7 +203,8 @@ _TAIL = "\n  </tbody>\n</table>\n</div>\n</details>\n"
 
 def decision_table_html(rows: Sequence[queries.DecisionRow]) -> SafeString:
     """One step's table of per-message decisions (collapsed above 60 rows), [PIN] rows with their pin's
-    label and id. Every value is escaped (`_text`); the markup is the page's (turn.css, turn.js)."""
+    label and id. Every value is escaped (`text`, as on the run page); the markup is the page's
+    (turn.css, turn.js)."""
     n = len(rows)
     parts = [
         '<details class="collapse decisions" ' + ("open" if n <= 60 else "") + ">\n"
@@ -232,48 +214,48 @@ def decision_table_html(rows: Sequence[queries.DecisionRow]) -> SafeString:
     ]
     add = parts.append
     for r in rows:
-        changed = f' <span class="changed">{_text(r.changed)}</span>' if r.changed else ""
+        changed = f' <span class="changed">{text(r.changed)}</span>' if r.changed else ""
         if r.is_pin:
             add(_pin_row(r, changed))
         else:
             add(
-                f'\n  <tr{_ROW_CHANGED if r.changed else ""}><td class="num mono">{_text(r.index)}</td>'
-                f"<td>{_text(r.role)}</td><td>{_text(r.outcome)}{changed}</td>"
-                f'<td><span class="fid fid--{_text(r.cls)}">{_text(r.fidelity)}</span></td>'
-                f'<td class="num mono">{_text(r.tokens)}</td><td class="num mono hide-sm">{_text(r.relevance)}</td>'
-                f'<td class="reason mono small">{_text(r.reason)}</td></tr>'
+                f'\n  <tr{_ROW_CHANGED if r.changed else ""}><td class="num mono">{text(r.index)}</td>'
+                f"<td>{text(r.role)}</td><td>{text(r.outcome)}{changed}</td>"
+                f'<td><span class="fid fid--{text(r.cls)}">{text(r.fidelity)}</span></td>'
+                f'<td class="num mono">{text(r.tokens)}</td><td class="num mono hide-sm">{text(r.relevance)}</td>'
+                f'<td class="reason mono small">{text(r.reason)}</td></tr>'
             )
     add(_TAIL)
-    return mark_safe("".join(parts))  # noqa: S308 (every value above went through _text)
+    return mark_safe("".join(parts))  # noqa: S308 (every value above went through text)
 
 
 def _pin_row(r: queries.DecisionRow, changed: str) -> str:
-    index = _text(r.index)
+    index = text(r.index)
     d: Mapping[str, Any] = r.d
     raw = d.get("raw_index")
     written = ""
     if raw is not None and raw != r.index:
         written = (
             ' <span class="muted small" title="arcana-agent 1.2 writes a synthetic index after the messages; '
-            f'{index} is where the block really was in the working set">(written {_text(raw)})</span>'
+            f'{index} is where the block really was in the working set">(written {text(raw)})</span>'
         )
     if r.pin:
         reason = (
-            f": <strong>{_text(r.pin.label or r.pin.pin_id)}</strong>"
-            f' <span class="mono small muted">{_text(r.pin.pin_id)}</span>'
+            f": <strong>{text(r.pin.label or r.pin.pin_id)}</strong>"
+            f' <span class="mono small muted">{text(r.pin.pin_id)}</span>'
         )
     elif d.get("pin_id"):
-        reason = f' <span class="mono small">{_text(d.get("pin_id"))}</span>'
+        reason = f' <span class="mono small">{text(d.get("pin_id"))}</span>'
     else:
         reason = ""
     return (
         '\n  <tr class="row-pin' + (" row-changed" if r.changed else "") + '">\n'
         f'    <td class="num mono"><span class="pin-flag" title="pinned block">[PIN]</span> {index}{written}</td>\n'
-        f"    <td>{_text(r.role)}</td>\n"
-        f"    <td>{_text(r.outcome)}{changed}</td>\n"
+        f"    <td>{text(r.role)}</td>\n"
+        f"    <td>{text(r.outcome)}{changed}</td>\n"
         '    <td><span class="fid fid--pin">L0</span></td>\n'
-        f'    <td class="num mono">{_text(r.tokens)}</td>\n'
-        f'    <td class="num mono hide-sm">{_text(r.relevance)}</td>\n'
+        f'    <td class="num mono">{text(r.tokens)}</td>\n'
+        f'    <td class="num mono hide-sm">{text(r.relevance)}</td>\n'
         f'    <td class="reason">pinned{reason}</td>\n'
         "  </tr>"
     )
@@ -281,7 +263,7 @@ def _pin_row(r: queries.DecisionRow, changed: str) -> str:
 
 def _key_text(d: Mapping[str, Any], key: str) -> str:
     """`{{ d.key }}` of a decision: "" when the key is missing (the template's unresolved variable)."""
-    return _text(d[key]) if key in d else ""
+    return text(d[key]) if key in d else ""
 
 
 def _count_item(n: int, text: str) -> str:
@@ -291,7 +273,7 @@ def _count_item(n: int, text: str) -> str:
 def changes_html(changes: queries.StepChanges) -> SafeString:
     """ "What changed since" the previous step: new and gone messages, the first `CHANGES_LISTED`
     messages whose outcome changed (the others are counted), pins added and gone; values escaped."""
-    head = f'<div class="changes">\n      <h4>What changed since {_text(changes.previous_label)}</h4>\n      '
+    head = f'<div class="changes">\n      <h4>What changed since {text(changes.previous_label)}</h4>\n      '
     if changes.empty:
         body = (
             '<p class="muted small">Nothing: every message kept the same outcome and the same pins were '
@@ -300,8 +282,8 @@ def changes_html(changes: queries.StepChanges) -> SafeString:
     else:
         new, gone = changes.new_messages, changes.gone_messages
         items = "".join(
-            f'<li><span class="mono">#{_key_text(d, "index")}</span> {_key_text(d, "role")}: {_text(before)} → '
-            f'<strong>{_text(after)}</strong> <span class="muted small">({_key_text(d, "reason")})</span></li>'
+            f'<li><span class="mono">#{_key_text(d, "index")}</span> {_key_text(d, "role")}: {text(before)} → '
+            f'<strong>{text(after)}</strong> <span class="muted small">({_key_text(d, "reason")})</span></li>'
             for d, before, after in changes.changed[:CHANGES_LISTED]
         )
         more = (
@@ -315,10 +297,10 @@ def changes_html(changes: queries.StepChanges) -> SafeString:
             items,
             more,
             "".join(
-                f'<li><span class="pin-flag">PIN</span> {_text(p)} added</li>' for p in changes.pins_added
+                f'<li><span class="pin-flag">PIN</span> {text(p)} added</li>' for p in changes.pins_added
             ),
             "".join(
-                f'<li><span class="pin-flag pin-flag--gone">PIN</span> {_text(p)} gone</li>'
+                f'<li><span class="pin-flag pin-flag--gone">PIN</span> {text(p)} gone</li>'
                 for p in changes.pins_gone
             ),
         ]
@@ -327,4 +309,4 @@ def changes_html(changes: queries.StepChanges) -> SafeString:
             + "\n        ".join(lines)
             + "\n      </ul>\n      "
         )
-    return mark_safe(head + body + "\n    </div>")  # noqa: S308 (every value above went through _text)
+    return mark_safe(head + body + "\n    </div>")  # noqa: S308 (every value above went through text)
