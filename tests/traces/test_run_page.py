@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.traces.test_turn_page import _finished_run, _without_tokens
-from tests.traces.views_helpers import XSS, decision, ingest_live_run, our_step
+from tests.traces.views_helpers import HOSTILE_VALUES, XSS, decision, ingest_live_run, our_step
 from traces import run_page, sharing
 from traces.charts import FidelityMap, MapCell, MapRow, MapTick, PinChart, PinLane
 from traces.ingest import ingest_events
@@ -59,28 +59,8 @@ FMAP_REFERENCE = """<g class="fmap-seps">{% for x in fmap.separators %}<line x1=
   <g class="fmap-labels">{% for r in fmap.rows %}{% if r.label %}<text x="{{ fmap.label_x }}" y="{{ r.y }}"{% if r.is_pin %} class="pin"{% endif %}>{{ r.label }}</text>{% endif %}{% endfor %}</g>
   <g class="fmap-cells">{% for c in fmap.cells %}<rect class="fcell f-{{ c.cls }}" x="{{ c.x }}" y="{{ c.y }}" width="{{ c.w }}" height="{{ fmap.cell_h }}"><title>{{ c.title }}</title></rect>{% endfor %}</g>"""  # noqa: E501
 
-# Values a trace may hold where the lists print them: markup, quotes, NUL, a lone surrogate,
-# numbers of every kind, None and booleans, and a share page's hidden content.
-HOSTILE: list[Any] = [
-    XSS,
-    "<script>alert(1)</script>",
-    "a\"b'c&d<e>f",
-    "&amp; &#x27; already escaped?",
-    "a\x00b",
-    "\ud800 lone",
-    "",
-    0,
-    1,
-    -7,
-    10**21,
-    1.5,
-    0.755,
-    -0.0,
-    float("inf"),
-    True,
-    None,
-    sharing.Hidden(1204),
-]
+# The shared hostile values, a few more numbers, and a share page's hidden content.
+HOSTILE: list[Any] = [*HOSTILE_VALUES, 1, 0.755, sharing.Hidden(1204)]
 
 WHEN = datetime(2026, 6, 1, 23, 59, 58, 123456, tzinfo=UTC)
 RUN_IDS = ["plain-run", "we<i>rd/run id?&987654321#x", "987654321", "..", "über%2F"]

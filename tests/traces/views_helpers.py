@@ -150,6 +150,26 @@ def ingest_live_run(project: Project, run_id: str, turns: int = 2, *, age: float
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 
+#: Values a trace may hold where a page prints them: markup, quotes, NUL, a lone surrogate, numbers of
+#: every kind, None and booleans (the pages written in Python are compared with their templates on these).
+HOSTILE_VALUES: list[Any] = [
+    XSS,
+    "<script>alert(1)</script>",
+    "a\"b'c&d<e>f",
+    "&amp; &#x27; already escaped?",
+    "a\x00b",
+    "\ud800 lone",
+    "",
+    0,
+    -7,
+    10**21,
+    1.5,
+    -0.0,
+    float("inf"),
+    True,
+    None,
+]
+
 
 def ingest_hostile_run(project: Project, run_id: str = "hostile-run", big: int = 50_000) -> None:
     """A run whose every string a page shows carries markup, and one 50 KB answer."""
