@@ -204,13 +204,15 @@ def setup(url: str) -> tuple[str, dict[str, int]]:
     return key, ids
 
 
-def start_server(url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
-    env = django_env(url)
-    log = open(ROOT / "var" / "bench-gunicorn.log", "wb")  # noqa: SIM115  (lives as long as the server)
+def start_server(
+    url: str, port: int, workers: int, env: dict[str, str] | None = None, log_name: str = "bench-gunicorn.log"
+) -> subprocess.Popen[bytes]:
+    """gunicorn on `port` with the database `url` (or the given environment), once it answers /healthz."""
+    log = open(ROOT / "var" / log_name, "wb")  # noqa: SIM115  (lives as long as the server)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "arcana_site.wsgi", "-w", str(workers), "-b", f"127.0.0.1:{port}",
          "--timeout", "120", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, env=env or django_env(url), stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -220,7 +222,7 @@ def start_server(url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
         except httpx.HTTPError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("gunicorn did not start; see var/bench-gunicorn.log")
+    raise SystemExit(f"gunicorn did not start; see var/{log_name}")
 
 
 # --------------------------------------------------------------------------------------------------

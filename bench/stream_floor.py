@@ -45,7 +45,16 @@ import psycopg
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from ingest import DEFAULT_DB, ROOT, django_env, ensure_database, free_port, setup, small_run  # noqa: E402
+from ingest import (  # noqa: E402
+    DEFAULT_DB,
+    ROOT,
+    django_env,
+    ensure_database,
+    free_port,
+    setup,
+    small_run,
+    start_server,
+)
 
 BATCH = 20
 SLICE = 1000  # events per measured slice
@@ -106,25 +115,7 @@ class Meter:
 
 
 # --------------------------------------------------------------------------------------------------
-# Servers
-
-
-def start(env: dict[str, str], port: int, workers: int, log: str) -> subprocess.Popen[bytes]:
-    out = open(ROOT / "var" / log, "wb")  # noqa: SIM115  (lives as long as the server)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "arcana_site.wsgi", "-w", str(workers), "-b", f"127.0.0.1:{port}",
-         "--timeout", "120", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code < 500:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"gunicorn did not start; see var/{log}")
+# Servers (started by bench/ingest.py's start_server)
 
 
 class Side:
@@ -243,9 +234,9 @@ def main() -> None:
     floor_env = {**django_env(url), "DJANGO_SETTINGS_MODULE": "_floor_site",
                  "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}  # fmt: skip
     ports = (args.port, args.port + 1) if args.port else (free_port(), free_port())
-    servers = [start(floor_env, ports[0], args.workers, "bench-floor-gunicorn.log")]
+    servers = [start_server(url, ports[0], args.workers, floor_env, "bench-floor-gunicorn.log")]
     try:
-        servers.append(start(django_env(url), ports[1], args.workers, "bench-gunicorn.log"))
+        servers.append(start_server(url, ports[1], args.workers))
         key = str(ids["key-stream"])
         floor = Side("floor", f"http://127.0.0.1:{ports[0]}/floor", key, servers[0], pg)
         ingest = Side("ingest", f"http://127.0.0.1:{ports[1]}/api/v1/ingest", key, servers[1], pg)
