@@ -1,5 +1,6 @@
 """A batch's writer around the projection: the garbage collector paused for the batch and left as it
-was found, and the runs created and locked by one statement (new and stored runs together, in order)."""
+was found, the runs created and locked by one statement (new and stored runs together, in order), and a
+new run projected while its raw events are written."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import gc
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 
+from tests.traces.helpers import our_run, projection_snapshot
 from tests.traces.views_helpers import envelope
-from traces.ingest import writing
-from traces.models import Project, Run
+from traces.ingest import do_rebuild_projections, writing
+from traces.ingest.bulk import SMALL_BATCH_ROWS
+from traces.models import Event, Project, Run
 
 
 def _events(run_id: str, n: int = 3) -> list[dict[str, Any]]:
@@ -68,3 +73,51 @@ def test_runs_are_created_with_their_defaults_and_stored_ones_kept(project: Proj
         assert isinstance(run.agents, list) and run.created_at <= datetime.now(UTC)
         assert run.failure == "" and run.bundle_id == ""
     assert runs["b-run"].events == 4  # the 4th turn is new; the first three are duplicates
+
+
+def test_a_new_runs_projection_is_made_while_its_raw_events_are_written(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the batch's COPY is still open (PostgreSQL storing the rows) while the new run is
+    projected; the rows are those of a whole-run rebuild, and a stored run's batch goes on as before."""
+    events = our_run("new-run", turns=4, steps=3)  # more events than a live batch: COPY
+    assert len(events) > SMALL_BATCH_ROWS // 4
+    states: list[Any] = []
+    project_run = writing.project_run
+
+    def recording(evs: Any) -> Any:
+        if connection.vendor == "postgresql":
+            states.append(connection.connection.info.transaction_status)
+        else:
+            states.append(Event.objects.filter(project=project, run_id="new-run").count())
+        return project_run(evs)
+
+    monkeypatch.setattr(writing, "project_run", recording)
+    result = writing.ingest_events(project, events, source="api")
+    assert result.accepted == len(events)
+    if connection.vendor == "postgresql":
+        assert states == [psycopg.pq.TransactionStatus.ACTIVE]  # inside the COPY
+    else:
+        assert states == [len(events)]
+    assert Event.objects.filter(project=project, run_id="new-run").count() == len(events)
+    ingested = projection_snapshot(project)
+    do_rebuild_projections(project=project)
+    assert projection_snapshot(project) == ingested
+
+
+def test_an_error_while_the_raw_events_are_written_stores_nothing_of_the_batch(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = our_run("bad-run", turns=4, steps=3)
+
+    def failing(evs: Any) -> Any:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(writing, "project_run", failing)
+    result = writing.ingest_events(project, events, source="api")
+    assert result.rejected == len(events) and result.accepted == 0
+    assert not Event.objects.filter(project=project).exists()
+    assert not Run.objects.filter(project=project).exists()
+    monkeypatch.undo()
+    # The connection is usable and the same batch goes in whole.
+    assert writing.ingest_events(project, events, source="api").accepted == len(events)

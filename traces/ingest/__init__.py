@@ -25,7 +25,7 @@ Contract of `ingest_events(project, events, source=...)`:
    order (timestamp, then step_id), and replace the old ones. The projection is a pure function of the
    set of raw events, so it converges whatever the order and batching of arrival, and
    `do_rebuild_projections` gives identical rows. A run first seen in this batch skips the reads (its
-   events are all in memory) and the deletes.
+   events are all in memory) and the deletes, and is projected while its raw events are written.
 """
 
 from traces.ingest.bulk import _copy_line, _event_copy_text, fast_insert

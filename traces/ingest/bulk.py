@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connection, models
 
@@ -22,6 +22,8 @@ from traces.models import (
 
 if TYPE_CHECKING:
     from traces.ingest.projection import _Projection
+
+_T = TypeVar("_T")
 
 
 _RUN_FIELDS = (
@@ -316,22 +318,32 @@ _EVENT_COLUMNS = (
 )
 
 
-def _insert_events(rows: list[tuple[Any, ...]]) -> None:
-    """Write raw event rows (tuples in `_EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create."""
+def _insert_events(rows: list[tuple[Any, ...]], meanwhile: Callable[[], _T]) -> _T:
+    """Write raw event rows (tuples in `_EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create.
+    Returns what `meanwhile()` returns, called once the rows are sent and before their write is
+    waited for.
+
+    Why: PostgreSQL stores a COPY's rows (parsing, four indexes, the WAL) as they arrive, ~25 µs a row
+    of its own CPU, while the sender waits for the end. Work that needs none of the rows written (a
+    new run's projection: its events are all in memory) runs in that wait, on the other core, instead
+    of after it: a 500-event batch of a new run answers ~10 ms sooner."""
     if not rows:
-        return
+        return meanwhile()
     if connection.vendor != "postgresql":
         Event.objects.bulk_create(
             [Event(**dict(zip(_EVENT_COLUMNS, r, strict=True))) for r in rows], batch_size=500
         )
-        return
+        return meanwhile()
     columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
     if len(rows) <= SMALL_BATCH_ROWS // 4:
         # A live stream's batch: one INSERT (one round trip) instead of COPY's two.
         _insert_small([(Event, [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows], None)])
-        return
+        return meanwhile()
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
+        # `write` returns once the text is handed to the socket; leaving the block ends the COPY and
+        # waits for PostgreSQL (an error of `meanwhile` aborts the COPY, and the transaction with it).
         cp.write(_event_copy_text(rows))
+        return meanwhile()
 
 
 def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:

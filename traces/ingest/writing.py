@@ -9,7 +9,7 @@ import functools
 import gc
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from traces.ingest.bulk import (
     insert_new_events,
 )
 from traces.ingest.incremental import do_project_turns
-from traces.ingest.projection import local_turn, project_run
+from traces.ingest.projection import _Projection, local_turn, project_run
 from traces.ingest.validation import (
     CheckedEvent,
     EventResult,
@@ -276,8 +276,6 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                      ev.timestamp_dt, c.raw, now, local_turn(ev))
                 )  # fmt: skip
         inserted = insert_new_events(new_rows) if arbiter else None
-        if not arbiter:
-            _insert_events(new_rows)
         fresh: dict[str, list[TraceEvent]] = {}
         for row in new_rows:
             c = by_run[row[1]][row[2]]
@@ -289,6 +287,13 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
         changed = [runs[rid] for rid in run_ids if rid in fresh]
         # New runs: every event is in memory. Incremental runs: only the touched turns. Others: all.
         full = [run for run in changed if run.events == 0]
+
+        def project_new_runs() -> list[_Projection]:
+            return [project_run(fresh[run.run_id]) for run in full]
+
+        # A new run's projection needs none of the stored rows: it is computed while the database
+        # writes the raw events (`_insert_events`).
+        projected = project_new_runs() if arbiter else _insert_events(new_rows, project_new_runs)
         reload: list[Run] = []
         for run in changed:
             if run.events == 0:
@@ -297,10 +302,11 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                 reload.append(run)
             elif not do_project_turns(project, run, fresh[run.run_id]):
                 reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
-        events_of: dict[int, list[TraceEvent]] = {run.pk: fresh[run.run_id] for run in full}
-        events_of.update(_load_events(project, reload))
+        events_of = _load_events(project, reload)
         if full or reload:
-            do_write_projections(full + reload, events_of, replace=[run.pk for run in reload])
+            do_write_projections(
+                full + reload, events_of, replace=[run.pk for run in reload], projected=projected
+            )
     return statuses
 
 
@@ -412,15 +418,21 @@ def _delete_projections(run_pks: list[int]) -> None:
 
 
 def do_write_projections(
-    runs: list[Run], events_of: dict[int, list[TraceEvent]], *, replace: list[int]
+    runs: list[Run],
+    events_of: dict[int, list[TraceEvent]],
+    *,
+    replace: list[int],
+    projected: Sequence[_Projection] = (),
 ) -> None:
     """Replace the projection rows of `runs` with ones computed from `events_of[run.pk]`.
 
     Must run inside a transaction holding the runs' row locks. `replace` names the runs that may have
-    projection rows already (they are deleted first); the others are known to have none."""
+    projection rows already (they are deleted first); the others are known to have none. `projected`,
+    when given, holds the projections of the first runs (`project_run` of their events), computed
+    already."""
     if replace:
         _delete_projections(replace)
-    projections = [project_run(events_of[run.pk]) for run in runs]
+    projections = [*projected, *(project_run(events_of[run.pk]) for run in runs[len(projected) :])]
     now = timezone.now()
     for run, proj in zip(runs, projections, strict=True):
         for key, value in proj.run_fields.items():
