@@ -278,13 +278,16 @@ class IngestView(ChunkedBodyMixin, BaseView):
             raise PayloadTooLarge(limit) from None
         except ValueError as exc:
             return error_response(400, str(exc))
-        try:
-            payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
-        except ValueError as exc:  # not JSON, not UTF-8, nested too deep
-            return error_response(400, f"body is not valid JSON: {exc}")
-        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
-            return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
-        result = ingest.ingest_events(key.project, payload["events"], source="api", raw_texts=raw_texts)
+        # The body's decoding too runs with the cyclic collector paused (`collector_paused`): its
+        # objects are the batch's.
+        with ingest.collector_paused():
+            try:
+                payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
+            except ValueError as exc:  # not JSON, not UTF-8, nested too deep
+                return error_response(400, f"body is not valid JSON: {exc}")
+            if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+                return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
+            result = ingest.ingest_events(key.project, payload["events"], source="api", raw_texts=raw_texts)
         code = 207 if result.rejected else 200
         return Response(result.to_dict(), status=code)
 

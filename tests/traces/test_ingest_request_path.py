@@ -89,3 +89,26 @@ def test_the_count_is_one_statement_and_exact(project: Project, alice: Any, sett
     assert (key.rate_window, key.rate_count) == (11, 1)
     ApiKey.objects.filter(pk=key.pk).update(revoked_at="2026-01-01T00:00:00Z")
     assert ratelimit.hit(key, now=113.0) == ratelimit.Verdict(False, revoked=True)
+
+
+def test_the_body_is_decoded_with_the_collector_paused_and_left_on(
+    key_client: tuple[ApiKey, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from traces import ingest
+
+    seen: list[bool] = []
+    parse = ingest.parse_batch
+
+    def recording(body: bytes) -> Any:
+        seen.append(gc.isenabled())
+        return parse(body)
+
+    monkeypatch.setattr(ingest, "parse_batch", recording)
+    _, c = key_client
+    assert gc.isenabled()
+    assert _post(c, "r1").status_code == 200
+    r = c.post("/api/v1/ingest", b"{not json", content_type="application/json")
+    assert r.status_code == 400
+    assert seen == [False, False] and gc.isenabled()

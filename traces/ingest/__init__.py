@@ -61,6 +61,7 @@ from traces.ingest.validation import (
     read_body,
 )
 from traces.ingest.writing import (
+    collector_paused,
     do_ingest,
     do_rebuild_projections,
     do_write_projections,
@@ -81,6 +82,7 @@ __all__ = [
     "_event_copy_text",
     "check_event",
     "check_events",
+    "collector_paused",
     "count_lines",
     "do_delete_run",
     "do_delete_runs_of_project",
