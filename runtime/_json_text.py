@@ -17,18 +17,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 __all__ = [
     "MessageTexts",
     "canonical_of",
     "canonical_text",
+    "canonical_utf8",
     "compact_of",
     "compact_text",
+    "compact_utf8",
     "content_key",
     "flat_texts",
     "message_texts",
     "splice_dumps",
+    "splice_dumps_utf8",
 ]
 
 #: Remember texts across calls (and resume request digests); False encodes every value every time
@@ -60,14 +64,16 @@ def content_key(value: Any) -> Any:
 
 
 class MessageTexts:
-    """The two texts of one keyed value (`compact`, `canonical`), each encoded when first asked for,
-    shared by every value with the same `content_key`."""
+    """The two texts of one keyed value (`compact`, `canonical`) and their UTF-8 bytes, each encoded
+    when first asked for, shared by every value with the same `content_key`."""
 
-    __slots__ = ("compact", "canonical")
+    __slots__ = ("compact", "canonical", "compact_utf8", "canonical_utf8")
 
     def __init__(self) -> None:
         self.compact: str | None = None
         self.canonical: str | None = None
+        self.compact_utf8: bytes | None = None
+        self.canonical_utf8: bytes | None = None
 
 
 _TEXTS: dict[Any, MessageTexts] = {}
@@ -83,25 +89,56 @@ def message_texts(
     `message_texts`: the same message as at the step before); the others are looked up."""
     if not REMEMBER:
         return [None] * len(values)
-    out: list[MessageTexts | None] = []
     texts = _TEXTS
     if known is None or len(known) != len(values):
-        known = (None,) * len(values)
-    for v, entry in zip(values, known, strict=True):
+        out: list[MessageTexts | None] = [None] * len(values)
+    else:
+        out = list(known)
+        if None not in out:  # every entry known (found in C)
+            return out
+    for i, entry in enumerate(out):
         if entry is not None:
-            out.append(entry)
             continue
-        key = content_key(v)
+        key = content_key(values[i])
         if key is None:
-            out.append(None)
             continue
         entry = texts.get(key)
         if entry is None:
             if len(texts) >= _CACHE_SIZE:
                 texts.clear()  # entries already handed out stay valid: they belong to their key
             entry = texts[key] = MessageTexts()
-        out.append(entry)
+        out[i] = entry
     return out
+
+
+def compact_utf8(values: Sequence[Any], entries: Sequence[MessageTexts | None]) -> list[bytes]:
+    """`[compact_of(v, e).encode("utf-8") for v, e in zip(values, entries)]`, each entry's bytes
+    encoded once: a request body is the bytes of its messages' texts joined (`splice_dumps_utf8`),
+    so the history is not encoded to UTF-8 again at every step (slow for a text holding one
+    character outside ASCII: then the whole text is). The bytes already made are read in C."""
+    out: list[bytes | None] = list(map(getattr, entries, repeat("compact_utf8"), repeat(None)))
+    if None in out:
+        for i, data in enumerate(out):
+            if data is None:
+                entry = entries[i]
+                data = out[i] = compact_of(values[i], entry).encode("utf-8")
+                if entry is not None:
+                    entry.compact_utf8 = data
+    return cast("list[bytes]", out)
+
+
+def canonical_utf8(values: Sequence[Any], entries: Sequence[MessageTexts | None]) -> list[bytes]:
+    """`[canonical_of(v, e).encode("utf-8") for v, e in zip(values, entries)]`, as `compact_utf8`
+    makes them (what a request digest hashes)."""
+    out: list[bytes | None] = list(map(getattr, entries, repeat("canonical_utf8"), repeat(None)))
+    if None in out:
+        for i, data in enumerate(out):
+            if data is None:
+                entry = entries[i]
+                data = out[i] = canonical_of(values[i], entry).encode("utf-8")
+                if entry is not None:
+                    entry.canonical_utf8 = data
+    return cast("list[bytes]", out)
 
 
 def compact_of(value: Any, entry: MessageTexts | None) -> str:
@@ -254,6 +291,39 @@ def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str])
         node = child
     node[path[-1]] = _MARKER
     text = _compact(top)
-    if text.count(_MARKER_TEXT) != 1:  # the marker's text also occurs in a value: encode it whole
+    at = text.find(_MARKER_TEXT)
+    end = at + len(_MARKER_TEXT)
+    if at < 0 or text.find(_MARKER_TEXT, end) >= 0:  # the marker's text also in a value: encode whole
         return _compact(obj)
-    return text.replace(_MARKER_TEXT, "[" + ",".join(texts) + "]", 1)
+    head, tail = text[:at], text[end:]
+    if not texts:
+        return head + "[]" + tail
+    # One join writes the whole text (the list's texts are most of it: the history of a request).
+    items = list(texts)
+    items[0] = head + "[" + items[0]
+    items[-1] = items[-1] + "]" + tail
+    return ",".join(items)
+
+
+def splice_dumps_utf8(obj: dict[str, Any], path: Sequence[str], pieces: Sequence[bytes]) -> bytes:
+    """`splice_dumps(obj, path, texts).encode("utf-8")` where `pieces` are the UTF-8 bytes of
+    `texts` (the UTF-8 of a concatenation is the concatenation of the UTF-8s)."""
+    top = dict(obj)
+    node = top
+    for key in path[:-1]:
+        child = dict(node[key])
+        node[key] = child
+        node = child
+    node[path[-1]] = _MARKER
+    text = _compact(top)
+    at = text.find(_MARKER_TEXT)
+    end = at + len(_MARKER_TEXT)
+    if at < 0 or text.find(_MARKER_TEXT, end) >= 0:  # the marker's text also in a value: encode whole
+        return _compact(obj).encode("utf-8")
+    head, tail = text[:at].encode("utf-8"), text[end:].encode("utf-8")
+    if not pieces:
+        return head + b"[]" + tail
+    items = list(pieces)
+    items[0] = head + b"[" + items[0]
+    items[-1] = items[-1] + b"]" + tail
+    return b",".join(items)

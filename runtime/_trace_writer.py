@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 from . import _json_text
-from ._json_text import MessageTexts, canonical_of, canonical_text
+from ._json_text import MessageTexts, canonical_text, canonical_utf8
 from ._trace import PRODUCER, TraceEvent
 
 logger = logging.getLogger("runtime.trace")
@@ -165,10 +165,11 @@ def request_digest(
     global _LAST_MESSAGES
     if not _json_text.REMEMBER:
         return digest({"messages": messages, "tools": tools})
+    # Each message's canonical text as UTF-8 bytes, encoded once per message (`canonical_utf8`).
     if texts is None or len(texts) != len(messages):
-        parts = [canonical_text(m) for m in messages]
+        parts = [canonical_text(m).encode("utf-8") for m in messages]
     else:
-        parts = [canonical_of(m, e) for m, e in zip(messages, texts, strict=True)]
+        parts = canonical_utf8(messages, texts)
     last = _LAST_MESSAGES
     h = None
     if last is not None:
@@ -177,18 +178,19 @@ def request_digest(
         if 0 < m <= len(parts) and parts[:m] == prev_parts:
             h = prev_state.copy()
             if m < len(parts):
-                h.update(("," + ",".join(parts[m:])).encode("utf-8"))
+                h.update(b"," + b",".join(parts[m:]))
     if h is None:
-        h = hashlib.sha256(('{"messages":[' + ",".join(parts)).encode("utf-8"))
+        h = hashlib.sha256(b'{"messages":[')
+        h.update(b",".join(parts))
     if parts:
         _LAST_MESSAGES = (parts, h.copy())
     h.update(('],"tools":' + canonical_text(tools) + "}").encode("utf-8"))
     return h.hexdigest()[:16]
 
 
-# The canonical texts of the last request's messages, and the SHA-256 state after
+# The UTF-8 of the canonical texts of the last request's messages, and the SHA-256 state after
 # `{"messages":[` + those texts joined by ",". Replaced whole (never changed), so threads may share it.
-_LAST_MESSAGES: tuple[list[str], Any] | None = None
+_LAST_MESSAGES: tuple[list[bytes], Any] | None = None
 
 
 class _Budgets:

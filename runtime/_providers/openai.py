@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from .. import _json_text
-from .._json_text import MessageTexts, compact_of, compact_text, splice_dumps
+from .._json_text import MessageTexts, compact_text, compact_utf8, splice_dumps, splice_dumps_utf8
 from .._provider_types import ProviderResponse, ToolCall, Usage
 from .._retry import parse_retry_after, retry_delay
 from ..errors import (
@@ -228,9 +228,9 @@ class OpenAICompatibleProvider:
         # Each message's text is remembered across steps (the history is sent again at every step).
         if message_texts is None or len(message_texts) != len(messages):
             texts = [compact_text(m) for m in messages]
-        else:
-            texts = [compact_of(m, e) for m, e in zip(messages, message_texts, strict=True)]
-        return splice_dumps(body, ("messages",), texts).encode("utf-8")
+            return splice_dumps(body, ("messages",), texts).encode("utf-8")
+        # Each message's bytes too: the body is their join.
+        return splice_dumps_utf8(body, ("messages",), compact_utf8(messages, message_texts))
 
     async def complete(
         self,
