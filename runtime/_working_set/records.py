@@ -504,6 +504,15 @@ class ContextDecision:
         except AttributeError:  # texts remembered by their fields' values and types
             return flat_texts(self.decision_shapes())
 
+    def _sent_compressed(self) -> int:
+        """How many message decisions say "compressed" (the builder counts them while assembling)."""
+        count: int | None = self.__dict__.get("_compressed_sent")
+        if count is None:
+            count = self.__dict__["_compressed_sent"] = sum(
+                1 for d in self.decisions if d.outcome == "compressed"
+            )
+        return count
+
     def to_metadata(self) -> dict[str, Any]:
         """The whole `metadata` of a `context_decision` event except `producer`, `turn`, `step` and
         `source_agent`, which the session adds: the decision, Arcana's top-level back-compat copies
@@ -513,7 +522,7 @@ class ContextDecision:
             "explanation": self.explanation,
             # arcana-agent 1.2.0's `show --context` prints this as "(K compressed)": count only the
             # messages sent at a lower fidelity, not the dropped or summarized ones.
-            "compressed_count": sum(1 for d in self.decisions if d.outcome == "compressed"),
+            "compressed_count": self._sent_compressed(),
             "messages_in": self.messages_in,
             "messages_out": self.messages_out,
             "context_report": self.report.to_dict(),

@@ -3,8 +3,10 @@ explanation it leaves behind."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from .._json_text import MessageTexts
@@ -158,7 +160,7 @@ def sent_messages_and_decisions(
     message, then per pin, in one pass."""
     slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
     messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
-    sources: list[Source] = [(s.info, 0) for s in slots[:k]]
+    sources: list[Source] = [s.info.sources[0] for s in slots[:k]]
     messages.extend(plan.pin_msgs)
     sources.extend(None for _ in plan.pin_msgs)
     l0_texts = plan.l0_texts
@@ -166,61 +168,55 @@ def sent_messages_and_decisions(
     if l0_texts is not None:
         texts = l0_texts[:k]
         texts.extend(None for _ in plan.pin_msgs)
-    placed_summary = False
+    # Nothing to place when there is no summary.
+    placed_summary = summary_msg is None
     made: dict[tuple[Any, ...], MessageDecision] = _DECISIONS if remember else {}
     make = MessageDecision._of_message
     if len(made) >= _DECISIONS_SIZE:
         made.clear()  # decisions already handed out stay valid: each is its fields
+    find = made.get
     decisions: list[MessageDecision] = []
     add_message, add_source, add_decision = messages.append, sources.append, decisions.append
-    add_text = texts.append if texts is not None else None
-    outcomes: dict[str, int] = {}
-    levels: dict[str, int] = {}
-    l0_total = sent_input = squeezed_before = squeezed_after = 0
+    add_text = texts.append if texts is not None and l0_texts is not None else None
+    sent_input = squeezed_before = squeezed_after = 0
     # One pass: each slot's decision, its counts and, after the identity, its message.
     for s in slots:
         outcome = s.outcome
         info = s.info
-        rung = info.rungs[s.rung]
-        sent = outcome == "kept" or outcome == "compressed"
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        l0_total += s.l0
-        if sent:
-            level = rung[0]
-            levels[level] = levels.get(level, 0) + 1
-            sent_input += rung[2]
+        r = s.rung
+        rung = info.rungs[r]
+        l0 = s.l0
+        if outcome == "kept" or outcome == "compressed":  # sent
+            fidelity: str | None = rung[0]
+            after = rung[2]
+            sent_input += after
             if outcome == "compressed":
-                squeezed_before += s.l0
-                squeezed_after += rung[2]
-        if s.index >= k:
-            if outcome == "summarized" and not placed_summary and summary_msg is not None:
-                add_message(summary_msg)
+                squeezed_before += l0
+                squeezed_after += after
+            if s.index >= k:
+                # L0 sends this step's own message; lower levels a copy of the cached render.
+                rendered = rung[1]
+                add_source(info.sources[r])
+                if rendered is None:
+                    add_message(dict(s.msg))
+                    if add_text is not None:
+                        add_text(l0_texts[s.index])  # type: ignore[index]
+                else:
+                    add_message(dict(rendered))
+                    if add_text is not None:
+                        text = info.rung_texts.get(r, _UNKNOWN)
+                        add_text(_render_texts(info, r) if text is _UNKNOWN else text)
+        else:
+            fidelity = None
+            after = 0
+            if not placed_summary and outcome == "summarized" and s.index >= k:
+                add_message(summary_msg)  # type: ignore[arg-type]
                 add_source(None)
                 if add_text is not None:
                     add_text(None)
                 placed_summary = True
-            if sent:
-                # L0 sends this step's own message; lower levels a copy of the cached render.
-                rendered = rung[1]
-                add_message(dict(s.msg) if rendered is None else dict(rendered))
-                add_source((info, s.rung))
-                if add_text is not None and l0_texts is not None:
-                    if rendered is None:
-                        add_text(l0_texts[s.index])
-                    else:
-                        text = info.rung_texts.get(s.rung, _UNKNOWN)
-                        add_text(_render_texts(info, s.rung) if text is _UNKNOWN else text)
-        fields = (
-            s.index,
-            s.role,
-            outcome,
-            rung[0] if sent else None,
-            s.score,
-            s.l0,
-            rung[2] if sent else 0,
-            s.reason,
-        )
-        decision = made.get(fields)
+        fields = (s.index, s.role, outcome, fidelity, s.score, l0, after, s.reason)
+        decision = find(fields)
         if decision is None:
             decision = made[fields] = make(*fields)
             if remember:  # its shape and text, made once
@@ -228,7 +224,13 @@ def sent_messages_and_decisions(
                 decision._text()
         add_decision(decision)
 
-    plan.outcomes, plan.levels, plan.l0_total, plan.sent_input = outcomes, levels, l0_total, sent_input
+    # Counted over the slots' and decisions' fields in C.
+    plan.outcomes = dict(Counter(map(_OUTCOME, slots)))
+    levels = Counter(map(_FIDELITY, decisions))
+    levels.pop(None, None)  # not sent
+    plan.levels = dict(levels)
+    plan.l0_total = sum(map(_L0, slots))
+    plan.sent_input = sent_input
     plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
     start = len(decisions)
     decisions.extend(
@@ -251,6 +253,11 @@ def sent_messages_and_decisions(
             pin._shape()
             pin._text()
     return messages, decisions, sources, texts
+
+
+_OUTCOME = attrgetter("outcome")
+_FIDELITY = attrgetter("fidelity")
+_L0 = attrgetter("l0")
 
 
 def _render_texts(info: Any, rung: int) -> MessageTexts | None:

@@ -62,6 +62,7 @@ class _MessageInfo:
         "relevance",
         "rung_for",
         "rung_texts",
+        "sources",
     )
 
     def __init__(self, msg: Mapping[str, Any], turn: int, l0: int) -> None:
@@ -79,6 +80,8 @@ class _MessageInfo:
         self.rung_for: dict[int, int] = {}
         # The JSON texts of each lower rung's render (made only of strings and None), once asked for.
         self.rung_texts: dict[int, MessageTexts | None] = {}
+        # (this info, rung) for each rung: what a sent message's `WorkingSet.sources` entry is.
+        self.sources: list[tuple[_MessageInfo, int]] = [(self, 0)]
 
 
 class _Slot:

@@ -300,13 +300,25 @@ async def _decisions_of(builder: WorkingSetBuilder, plain: bool, **kwargs: Any) 
     line = events[0].to_json()
     line = line.replace(events[0].timestamp, "")
     if plain:  # the texts a step's messages are sent and digested with are those messages' own
-        from runtime._json_text import canonical_of, compact_of, message_texts
+        from runtime._json_text import canonical_of, canonical_utf8, compact_of, compact_utf8, message_texts
 
-        for m, entry in zip(ws.messages, message_texts(ws.messages, ws.message_texts), strict=True):
+        entries = message_texts(ws.messages, ws.message_texts)
+        for m, entry in zip(ws.messages, entries, strict=True):
             assert compact_of(m, entry) == json.dumps(m, separators=(",", ":"), ensure_ascii=False)
             assert canonical_of(m, entry) == json.dumps(
                 m, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
             )
+        # Their UTF-8 bytes (remembered with the texts), twice: made, then read back.
+        for _ in range(2):
+            assert compact_utf8(ws.messages, entries) == [
+                json.dumps(m, separators=(",", ":"), ensure_ascii=False).encode() for m in ws.messages
+            ]
+            assert canonical_utf8(ws.messages, entries) == [
+                json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+                for m in ws.messages
+            ]
+        # The plain counter's count of what is sent, from the counts remembered step after step.
+        assert builder.base_tokens(ws, builder.counter) == builder.counter.count_messages(ws.messages)
     sources = [None if s is None else (s[0].msg, s[1]) for s in ws.sources]
     return ws.messages, decision, line, ws.prompt_tokens, sources, ws.summary_request
 
@@ -419,3 +431,41 @@ def test_a_decision_text_is_json_dumps_of_its_shape(
 
     d = MessageDecision._of_message(index, role, outcome, fidelity, score, before, after, reason)
     assert d._text() == json.dumps(d.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_build_pauses_the_collector_only_while_it_runs(enabled: bool) -> None:
+    """The cyclic collector is paused during a build, on while a summarizer is awaited, and left as
+    it was found afterwards (also when the build fails)."""
+    import gc
+    import random
+
+    from runtime._tokens import TokenCounter
+    from runtime._working_set import ContextStrategy
+    from runtime.errors import ContextOverflowError
+
+    seen: list[bool] = []
+
+    async def summarize(messages: list[dict[str, Any]]) -> str:
+        seen.append(gc.isenabled())
+        return "summary"
+
+    history: list[Any] = [{"role": "system", "content": "You are careful."}]
+    rng = random.Random(5)
+    for _ in range(30):
+        history.append({"role": "user", "content": _words(rng, 20, 40)})
+        history.append({"role": "assistant", "content": _words(rng, 20, 40)})
+    strategy = ContextStrategy(force="llm_summarize", keep_recent=2, summarize_min_tokens=10)
+    builder = WorkingSetBuilder(TokenCounter(), context_window=900, strategy=strategy, response_reserve=100)
+    small = WorkingSetBuilder(TokenCounter(), context_window=60, response_reserve=10)
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        ws = asyncio.run(builder.build(history, turn=1, step=1, summarize=summarize))
+        assert ws.summary_call_made and seen == [enabled]
+        assert gc.isenabled() is enabled
+        with pytest.raises(ContextOverflowError):
+            asyncio.run(small.build(history, turn=1, step=1))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
