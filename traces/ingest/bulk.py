@@ -116,8 +116,8 @@ SMALL_BATCH_ROWS = 200
 
 def _insert_small(tables: list[tuple[type[models.Model], list[dict[str, Any]], list[int] | None]]) -> None:
     """PostgreSQL: insert the rows of several tables with ONE statement: each table's rows go as one
-    JSON text parameter, expanded by `json_populate_recordset` (data-modifying CTEs; the foreign keys
-    are deferred to the commit, so a step and its turn may go together). `ids`, when given, are the
+    JSON text parameter, expanded by `json_populate_recordset` (data-modifying CTEs; projection rows
+    carry no foreign-key constraint, so a step and its turn may go together). `ids`, when given, are the
     rows' primary keys (from `_allocate_ids`). One JSON text per table costs less CPU than a
     parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips."""
     parts: list[str] = []

@@ -400,8 +400,9 @@ def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
 def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_agents: set[str]) -> _Removed:
     """Delete the projection rows of the touched turns (`by_agent`: agent → turn numbers) and the pins of
     `pin_agents`; returns what the deleted turn and step rows held. PostgreSQL: one statement
-    (data-modifying CTEs, the deleted values RETURNING; the foreign keys are deferred to the commit, so
-    children and parents may go together). Elsewhere: a read of those values, then a DELETE per table."""
+    (data-modifying CTEs, the deleted values RETURNING; projection rows carry no foreign-key
+    constraint, so children and parents may go together). Elsewhere: a read of those values, then a
+    DELETE per table."""
     removed = _Removed()
     if connection.vendor == "postgresql":
         qn = connection.ops.quote_name
