@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ingest.py                      # both mixes, default sizes
     .venv/bin/python bench/ingest.py --events 40000 --storage-compare
+    .venv/bin/python bench/ingest.py --only latency --latency-batches 60 --port 18040
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/arcana_bench .venv/bin/python bench/ingest.py
 
 What it does:
@@ -285,6 +286,12 @@ def latency(base: str, key: str, project_id: int, rng: random.Random, n: int) ->
     return out
 
 
+def print_latency(lat: list[float]) -> None:
+    q = statistics.quantiles(lat, n=20)
+    print(f"\nPOST→visible in GET /api/v1/projects/<id>/runs/<run_id> (500-event batch): p50 {statistics.median(lat) * 1000:.0f} ms, "
+          f"p95 {q[18] * 1000:.0f} ms")  # fmt: skip
+
+
 def stream(base: str, key: str, rng: random.Random, n_events: int, size: int) -> list[float]:
     """One long run posted in batches of `size`, in order (a live sink). Returns events/s per 1,000
     events: flat when a batch costs what its own events cost, falling when it re-reads the run."""
@@ -440,13 +447,17 @@ def main() -> None:
     )
     ap.add_argument("--storage-compare", action="store_true")
     ap.add_argument(
-        "--only", choices=["stream"], help="run only this part (stream: skip the mixes and the latency)"
+        "--only",
+        choices=["stream", "latency"],
+        help="run only this part (stream: the live stream; latency: POST→visible; no mixes either way)",
     )
+    ap.add_argument("--latency-batches", type=int, default=40, help="POST→visible samples")
+    ap.add_argument("--port", type=int, default=0, help="gunicorn's port (default: a free one)")
     args = ap.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
     ensure_database(url)
     _, ids = setup(url)
-    port = free_port()
+    port = args.port or free_port()
     server = start_server(url, port, args.workers)
     base = f"http://127.0.0.1:{port}"
     rng = random.Random(42)
@@ -458,6 +469,9 @@ def main() -> None:
             rates = stream(base, ids["key-stream"], rng, args.stream, 20)  # type: ignore[arg-type]
             print(f"\none run of {args.stream:,} events streamed in batches of 20, events/s per 1,000 events: "
                   + ", ".join(f"{r:,.0f}" for r in rates))  # fmt: skip
+            return
+        if args.only == "latency":
+            print_latency(latency(base, ids["key-latency"], ids["latency"], rng, args.latency_batches))  # type: ignore[arg-type]
             return
         # Mix (a): runs of 400 events, concatenated, so batch edges fall inside runs.
         events: list[dict[str, Any]] = []
@@ -489,10 +503,7 @@ def main() -> None:
         print(f"    = {len(conv) / secs:,.0f} events/s, {decisions / secs:,.0f} message decisions/s")
         print(f"    floor: COPY of the same {sum(counts.values()):,} rows {floor:.2f} s = {decisions / floor:,.0f} "
               f"message decisions/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
-        lat = latency(base, ids["key-latency"], ids["latency"], rng, 40)  # type: ignore[arg-type]
-        q = statistics.quantiles(lat, n=20)
-        print(f"\nPOST→visible in GET /api/v1/projects/<id>/runs/<run_id> (500-event batch): p50 {statistics.median(lat) * 1000:.0f} ms, "
-              f"p95 {q[18] * 1000:.0f} ms")  # fmt: skip
+        print_latency(latency(base, ids["key-latency"], ids["latency"], rng, args.latency_batches))  # type: ignore[arg-type]
         if args.stream:
             rates = stream(base, ids["key-stream"], rng, args.stream, 20)  # type: ignore[arg-type]
             print(f"\none run of {args.stream:,} events streamed in batches of 20, events/s per 1,000 events: "
