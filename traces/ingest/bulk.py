@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,8 +35,10 @@ _RUN_FIELDS = (
 ).split()
 
 
-def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
-    """Insert the turn, step, decision, primitive and pin rows of each (run, projection)."""
+def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Run] | None = None) -> None:
+    """Insert the turn, step, decision, primitive and pin rows of each (run, projection), after writing
+    the counters of the runs in `update` (`_update_runs`; on PostgreSQL in the same round trip as the
+    new rows' ids when there are any)."""
     turns: list[dict[str, Any]] = []
     for run, proj in items:
         for t in proj.turns:
@@ -44,12 +46,17 @@ def _insert_projections(items: list[tuple[Run, _Projection]]) -> None:
             turns.append(t)
     n_steps = sum(len(proj.steps) for _, proj in items)
     n_rows = len(turns) + n_steps + sum(len(p.decisions) + len(p.primitives) + len(p.pins) for _, p in items)
+    postgres = connection.vendor == "postgresql"
+    if not n_rows or not postgres or not (turns or n_steps):
+        _update_runs(update or [])
     if not n_rows:
         return
-    postgres = connection.vendor == "postgresql"
-    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the writes.
+    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the writes
+    # (with the runs' counters, `_update_runs`).
     ids = (
-        _allocate_ids([(Turn, len(turns)), (Step, n_steps)]) if postgres and (turns or n_steps) else [[], []]
+        _allocate_ids([(Turn, len(turns)), (Step, n_steps)], update=update or [])
+        if postgres and (turns or n_steps)
+        else [[], []]
     )
     # A small batch (a live stream's) is written with ONE statement (`_insert_small`); a large one
     # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored).
@@ -167,24 +174,16 @@ def _update_runs(runs: list[Run]) -> None:
     `get_db_prep_save` and psycopg's quoting of each value, in Python)."""
     if not runs:
         return
+    if connection.vendor == "postgresql":
+        sql, param = _update_runs_statement(runs)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [param])
+        return
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
     qn = connection.ops.quote_name
     table = qn(Run._meta.db_table)
     rows = [{f.attname: getattr(run, f.attname) for f in fields} for run in runs]
     _fit_ints(Run, rows)
-    if connection.vendor == "postgresql":
-        json_rows = [
-            {"id": run.pk, **{f.column: row[f.attname] for f in fields}}
-            for run, row in zip(runs, rows, strict=True)
-        ]
-        sets = ", ".join(f"{qn(f.column)} = j.{qn(f.column)}" for f in fields)
-        sql = (
-            f"UPDATE {table} AS r SET {sets} FROM json_populate_recordset(NULL::{table}, %s) AS j "
-            f"WHERE r.{qn('id')} = j.{qn('id')}"
-        )  # noqa: S608  (names are ours; values are one parameter)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [_json_rows(json_rows)])
-        return
     sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
     sql = f"UPDATE {table} SET {sets} WHERE id = %s"
     params = [
@@ -193,6 +192,25 @@ def _update_runs(runs: list[Run]) -> None:
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+def _update_runs_statement(runs: list[Run]) -> tuple[str, str]:
+    """PostgreSQL: `_update_runs`'s UPDATE of `runs` and its one parameter (the rows as JSON text)."""
+    fields = [_column_field(Run, name) for name in _RUN_FIELDS]
+    qn = connection.ops.quote_name
+    table = qn(Run._meta.db_table)
+    rows = [{f.attname: getattr(run, f.attname) for f in fields} for run in runs]
+    _fit_ints(Run, rows)
+    json_rows = [
+        {"id": run.pk, **{f.column: row[f.attname] for f in fields}}
+        for run, row in zip(runs, rows, strict=True)
+    ]
+    sets = ", ".join(f"{qn(f.column)} = j.{qn(f.column)}" for f in fields)
+    sql = (
+        f"UPDATE {table} AS r SET {sets} FROM json_populate_recordset(NULL::{table}, %s) AS j "
+        f"WHERE r.{qn('id')} = j.{qn('id')}"
+    )  # noqa: S608  (names are ours; values are one parameter)
+    return sql, _json_rows(json_rows)
 
 
 @functools.cache
@@ -206,16 +224,25 @@ def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...
     )
 
 
-def _allocate_ids(wanted: list[tuple[type[models.Model], int]]) -> list[list[int]]:
-    """PostgreSQL: `n` new primary keys from each model's sequence, all in one query."""
+def _allocate_ids(
+    wanted: list[tuple[type[models.Model], int]], *, update: Sequence[Run] = ()
+) -> list[list[int]]:
+    """PostgreSQL: `n` new primary keys from each model's sequence, all in one query — which also
+    writes the counters of the runs in `update` (`_update_runs`, as a data-modifying CTE: one round
+    trip instead of two)."""
     cols = [
         "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))" for _ in wanted
     ]
     params: list[Any] = []
+    sql = "SELECT " + ", ".join(cols)
+    if update:
+        update_sql, param = _update_runs_statement(list(update))
+        sql = f"WITH u AS ({update_sql}) {sql}"
+        params.append(param)
     for model, n in wanted:
         params += [model._meta.db_table, model._meta.pk.column, n]
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(cols), params)
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     return [list(ids) for ids in row]
 

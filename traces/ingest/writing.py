@@ -23,7 +23,6 @@ from traces.ingest.bulk import (
     _insert_events,
     _insert_projections,
     _json_rows,
-    _update_runs,
     insert_new_events,
 )
 from traces.ingest.incremental import do_project_turns
@@ -438,5 +437,4 @@ def do_write_projections(
         for key, value in proj.run_fields.items():
             setattr(run, key, value)
         run.updated_at = now
-    _update_runs(runs)
-    _insert_projections(list(zip(runs, projections, strict=True)))
+    _insert_projections(list(zip(runs, projections, strict=True)), update=runs)
