@@ -174,10 +174,27 @@ def _created_pins(turns: list[TurnView]) -> dict[_PinKey, dict[str, Any]]:
     return found
 
 
+def _missing_tokens(found: dict[_PinKey, dict[str, Any]]) -> dict[str | None, int]:
+    """Agent -> how many of its pins have no token count yet (agents with none are left out)."""
+    missing: dict[str | None, int] = {}
+    for p in found.values():
+        if p["tokens"] is None:
+            missing[p["agent"]] = missing.get(p["agent"], 0) + 1
+    return missing
+
+
 def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]) -> None:
-    """Token counts of pins that have none yet, from the working sets that rendered them."""
+    """Token counts of pins that have none yet, from the working sets that rendered them.
+
+    Only the steps of an agent with such a pin are read: our pins carry their count (`metadata.tokens`),
+    and this pass would otherwise read every message decision of the run."""
+    missing = _missing_tokens(found)
+    if not missing:
+        return
     for tv in turns:
         for sv in tv.steps:
+            if not missing.get(sv.agent):
+                continue
             rows = _pinned_decisions(sv.context_decision)
             if not rows:
                 continue
@@ -189,8 +206,9 @@ def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]
                 )
                 if isinstance(pid, str) and (sv.agent, pid) in found:
                     entry = found[(sv.agent, pid)]
-                    if entry["tokens"] is None:
+                    if entry["tokens"] is None and tokens is not None:
                         entry["tokens"] = tokens
+                        missing[sv.agent] -= 1
                 else:
                     unnamed.append(row)
             if not unnamed:
@@ -204,8 +222,10 @@ def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]
             ]
             if len(rendered) == len(unnamed):
                 for p, row in zip(rendered, unnamed, strict=True):
-                    if p["tokens"] is None:
-                        p["tokens"] = _int_or_none(row.get("token_count_after"))
+                    tokens = _int_or_none(row.get("token_count_after"))
+                    if p["tokens"] is None and tokens is not None:
+                        p["tokens"] = tokens
+                        missing[sv.agent] -= 1
 
 
 def active_pins(pins: Iterable[PinLifetime], turn: int) -> list[PinLifetime]:
