@@ -58,3 +58,33 @@ def test_typed_values_take_the_inline_path_and_agree() -> None:
     row.update(tool_calls=[{"x": "\n"}], model="gpt", turn_number=2, latency_ms=None)
     assert _line_writer(Step)(row) == _expected(Step, row)
     assert "a\\tb\\\\c" in _line_writer(Step)(row)
+
+
+_any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda kids: st.lists(kids, max_size=3)
+    | st.dictionaries(st.text() | st.integers() | st.floats() | st.booleans() | st.none(), kids, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_any_json)
+def test_json_columns_are_written_as_the_encoder_writes_them(value: Any) -> None:
+    import json
+
+    from traces.ingest.bulk import _dumps
+
+    assert _dumps(value) == json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode(value)
+
+
+def test_a_cycle_is_refused_as_the_encoder_refuses_it() -> None:
+    from traces.ingest.bulk import _dumps
+
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        _dumps(cycle)
+    with pytest.raises(TypeError):
+        _dumps({"a": object()})
+    assert _dumps(["x", 1]) == '["x",1]'  # the encoder is usable after both
