@@ -160,8 +160,8 @@ def request_digest(
     is `{"messages":[` + the messages' texts joined by "," + `],"tools":` + T's text + `}` (sorted keys,
     compact separators), so only messages not seen before are encoded (`runtime._json_text`); and when
     the previous request's message texts begin this one's, the SHA-256 state after them is copied and
-    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8). `texts`, if given,
-    must be `message_texts(messages)` (the ones the request body was encoded with)."""
+    fed only the rest (UTF-8 of a concatenation is the concatenation of the UTF-8); otherwise from the
+    last checkpoint (every 64 messages) both requests share. `texts`, if given, must be `message_texts(messages)` (the ones the request body was encoded with)."""
     global _LAST_MESSAGES
     if not _json_text.REMEMBER:
         return digest({"messages": messages, "tools": tools})
@@ -172,25 +172,44 @@ def request_digest(
         parts = canonical_utf8(messages, texts)
     last = _LAST_MESSAGES
     h = None
+    start = 0
+    checks: list[Any] = []
     if last is not None:
-        prev_parts, prev_state = last
+        prev_parts, prev_checks, prev_state = last
         m = len(prev_parts)
         if 0 < m <= len(parts) and parts[:m] == prev_parts:
-            h = prev_state.copy()
-            if m < len(parts):
-                h.update(b"," + b",".join(parts[m:]))
+            h, start = prev_state.copy(), m
+        else:
+            # The last checkpoint both requests share: a step that sends an earlier message at
+            # another fidelity (or drops it) differs near the end of the history, seldom before.
+            j = min(len(prev_checks) - 1, len(parts) // _CHECKPOINT)
+            while j > 0 and parts[: j * _CHECKPOINT] != prev_parts[: j * _CHECKPOINT]:
+                j -= 1
+            h, start = prev_checks[j].copy(), j * _CHECKPOINT
+        checks = prev_checks[: start // _CHECKPOINT + 1]
     if h is None:
         h = hashlib.sha256(b'{"messages":[')
-        h.update(b",".join(parts))
+        checks = [h.copy()]
+    # The rest, a checkpoint's worth of messages at a time.
+    pos, n = start, len(parts)
+    while pos < n:
+        end = min((pos // _CHECKPOINT + 1) * _CHECKPOINT, n)
+        chunk = b",".join(parts[pos:end])
+        h.update(b"," + chunk if pos else chunk)
+        pos = end
+        if pos % _CHECKPOINT == 0:
+            checks.append(h.copy())
     if parts:
-        _LAST_MESSAGES = (parts, h.copy())
+        _LAST_MESSAGES = (parts, checks, h.copy())
     h.update(('],"tools":' + canonical_text(tools) + "}").encode("utf-8"))
     return h.hexdigest()[:16]
 
 
-# The UTF-8 of the canonical texts of the last request's messages, and the SHA-256 state after
-# `{"messages":[` + those texts joined by ",". Replaced whole (never changed), so threads may share it.
-_LAST_MESSAGES: tuple[list[bytes], Any] | None = None
+# The UTF-8 of the canonical texts of the last request's messages, the SHA-256 states after
+# `{"messages":[` + the first 0, _CHECKPOINT, 2 × _CHECKPOINT, ... of those texts joined by ",", and
+# the state after all of them. Replaced whole (never changed), so threads may share it.
+_LAST_MESSAGES: tuple[list[bytes], list[Any], Any] | None = None
+_CHECKPOINT = 64
 
 
 class _Budgets:

@@ -53,3 +53,24 @@ def test_it_keys_a_message_by_its_content_not_its_identity() -> None:
     before = request_digest([msg], [])
     msg["content"] = "changed in place"
     assert request_digest([msg], []) == digest({"messages": [msg], "tools": []}) != before
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 300), st.lists(st.tuples(st.integers(0, 400), st.integers(0, 3)), max_size=8))
+def test_a_request_that_differs_from_the_last_resumes_where_they_agree(n: int, edits: list[Any]) -> None:
+    """Step after step, messages inserted, dropped, changed or added anywhere (the hash resumed from
+    the last checkpoint both requests share): always the digest of the whole request."""
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": f"message {i}"} for i in range(n)]
+    assert request_digest(msgs, None) == digest({"messages": msgs, "tools": None})
+    for pos, how in edits:
+        msgs = list(msgs)
+        i = pos % (len(msgs) + 1)
+        if how == 0:
+            msgs.insert(i, {"role": "assistant", "content": f"inserted {pos}"})
+        elif how == 1 and msgs:
+            del msgs[min(i, len(msgs) - 1)]
+        elif how == 2 and msgs:
+            msgs[min(i, len(msgs) - 1)] = {"role": "tool", "content": f"changed {pos}"}
+        else:
+            msgs.append({"role": "user", "content": f"added {pos}"})
+        assert request_digest(msgs, []) == digest({"messages": msgs, "tools": []})
