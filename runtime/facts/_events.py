@@ -141,12 +141,14 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
     out: list[NormalizedEvent] = []
     pending: list[int] = []  # positions in `out` waiting for the next step (summarizer llm_call)
     for i, ev in enumerate(items, start=1):
-        producer = PRODUCER if ev.is_ours else ARCANA_PRODUCER
+        ours = ev.is_ours
+        producer = PRODUCER if ours else ARCANA_PRODUCER
         turn = step = None  # int | None, as in the loop above
         agent = ev.source_agent
         key: str | None = None
-        if ev.is_ours and our_position(ev)[0] is not None:
-            turn, step = our_position(ev)
+        position = our_position(ev) if ours else None
+        if position is not None and position[0] is not None:
+            turn, step = position
             step = step or 1
             key = ev.step_id if ev.event_type == "turn" else ev.parent_step_id
             if key is None or (key not in spine and ev.event_type != "turn"):
@@ -164,7 +166,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
                 turn, step = iteration + 1, 1
                 key = ev.parent_step_id or f"{agent or ''}#{turn}.1"
         normalized = NormalizedEvent(i, ev, turn, step, agent, key, producer)
-        if turn is None and ev.event_type == "llm_call" and not ev.is_ours:
+        if turn is None and ev.event_type == "llm_call" and not ours:
             pending.append(len(out))
         elif turn is not None and pending:
             for pos in pending:
@@ -178,7 +180,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
     # step whose events point at its turn event and one keyed by number are the same step.
     by_number: dict[tuple[str | None, int, int], str] = {}
     for ne in out:
-        if ne.event_type == "turn" and ne.turn is not None and ne.step is not None:
+        if ne.event.event_type == "turn" and ne.turn is not None and ne.step is not None:
             by_number.setdefault((ne.agent, ne.turn, ne.step), ne.event.step_id)
     fixed: list[NormalizedEvent] = []
     for ne in out:
@@ -293,6 +295,9 @@ def run_links(events: Iterable[TraceEvent]) -> RunLinks:
     """The run's bundle, delegating run and agent (see `RunLinks`); None for each the events do not carry."""
     found: dict[str, str] = {}
     for ev in events:
+        md = ev.metadata
+        if "bundle_id" not in md and "delegated_by_run_id" not in md and "source_agent" not in md:
+            continue  # most events carry none of them: three look-ups instead of three calls
         for key in ("bundle_id", "delegated_by_run_id", "source_agent"):
             value = ev.metadata.get(key)
             if key not in found and isinstance(value, str) and value:

@@ -151,9 +151,17 @@ def status_from_last(last: TraceEvent, last_turn: TraceEvent | None) -> str:
     return "running"
 
 
+#: (timestamp, index) of a normalised event: when it happened, ties broken by file order.
+_event_end = attrgetter("event.timestamp_dt", "index")
+
+
 def _step_end(sv: StepView) -> tuple[Any, int]:
-    last = max(sv.events, key=lambda ne: (ne.event.timestamp_dt, ne.index))
-    return (last.event.timestamp_dt, last.index)
+    """(timestamp, index) of the step's last event. Kept on the view while its events stay the same:
+    its turn's outcome and its run's outcome both ask, for every step."""
+    memo = sv.__dict__.get("_step_end")
+    if memo is None or memo[0] != len(sv.events):
+        memo = sv.__dict__["_step_end"] = (len(sv.events), max(map(_event_end, sv.events)))
+    return memo[1]
 
 
 def turn_outcome(tv: TurnView) -> SendOutcome:
