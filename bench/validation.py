@@ -14,18 +14,28 @@ the machine count far less than in the end-to-end benchmark; median of 7 passes)
 The difference is what the validation added. With `--rate R` (mix (a)'s end-to-end events/s from
 bench/ingest.py on this machine), it is also given as a share of the CPU one event costs end to end
 on the machine's cores (gunicorn workers, PostgreSQL and the client share them): cores / R.
+
+Then what the ingest does with a request body, per event: `parse_batch` (decoding, and the proof
+from the body's text that lets `check_events` skip the walk) and `check_events`, on bodies of 500
+events as bench/ingest.py posts them. With `--against REV` the same is measured, alternately in the
+same process, for `traces/ingest/validation.py` and `runtime/_trace.py` as they were at git revision
+REV (e.g. the commit before a change), and the ratio printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,18 +53,66 @@ def per_event_us(fn: Any, items: list[Any], passes: int = 7) -> float:
     return statistics.median(times) / len(items) * 1e6
 
 
+def load_at(rev: str) -> ModuleType:
+    """`traces/ingest/validation.py` at git revision `rev`, its `TraceEvent` from `runtime/_trace.py` at `rev`."""
+    out = Path(tempfile.mkdtemp(prefix="validation-"))
+    modules = []
+    for path, name in (
+        ("runtime/_trace.py", "runtime._trace_at_rev"),
+        ("traces/ingest/validation.py", "validation_at_rev"),
+    ):
+        text = subprocess.run(
+            ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        (out / Path(path).name).write_bytes(text)
+        spec = importlib.util.spec_from_file_location(name, out / Path(path).name)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        modules.append(module)
+    trace, validation = modules
+    validation.TraceEvent = trace.TraceEvent  # type: ignore[attr-defined]
+    return validation
+
+
+def body_costs(
+    modules: dict[str, Any], events: list[dict[str, Any]], passes: int = 7
+) -> dict[str, tuple[float, float]]:
+    """Per event (µs of CPU, median of `passes`, the modules taken in turn): parse_batch, check_events."""
+    bodies = [json.dumps({"events": events[i : i + 500]}).encode() for i in range(0, len(events), 500)]
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in modules}
+    for _ in range(passes):
+        for name, v in modules.items():
+            t0 = time.process_time()
+            parsed = [v.parse_batch(body) for body in bodies]
+            t1 = time.process_time()
+            for payload, raws in parsed:
+                v.check_events(payload["events"], raw_texts=raws)
+            t2 = time.process_time()
+            times[name][0].append(t1 - t0)
+            times[name][1].append(t2 - t1)
+    n = len(events) / 1e6
+    return {name: (statistics.median(p) / n, statistics.median(c) / n) for name, (p, c) in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=20_000, help="events of mix (a)")
     ap.add_argument("--conversations", type=int, default=20, help="conversations of mix (b)")
     ap.add_argument("--rate", type=float, help="mix (a) events/s end to end (bench/ingest.py), for the share")
+    ap.add_argument("--against", metavar="REV", help="also measure the validation of git revision REV")
     args = ap.parse_args()
     import django
 
     django.setup()
     from bench.ingest import conversation_run, small_run
     from runtime._trace import TraceEvent
-    from traces.ingest import check_event
+    from traces.ingest import check_event, validation
+
+    modules: dict[str, Any] = {"now": validation}
+    if args.against:
+        modules[args.against] = load_at(args.against)
 
     rng = random.Random(42)
     mixes: dict[str, list[Any]] = {"a": [], "b": []}
@@ -78,6 +136,14 @@ def main() -> None:
                 f"    at {args.rate:,.0f} events/s on {cores} cores an event costs {budget:,.0f} µs of CPU end to end; "
                 f"the validation's share: {(after - before) / budget:.1%}"
             )
+        costs = body_costs(modules, events)
+        for name, (parse, check) in costs.items():
+            print(
+                f"    {name:>10}: parse_batch {parse:6.1f} + check_events {check:6.1f} = {parse + check:6.1f} µs/event"
+            )
+        if args.against:
+            now, then = sum(costs["now"]), sum(costs[args.against])
+            print(f"    now / {args.against}: {now / then:.2f}")
 
 
 if __name__ == "__main__":

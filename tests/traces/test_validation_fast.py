@@ -148,3 +148,158 @@ def test_rows_at_the_depth_limit() -> None:
             data = {"a": data}
         assert v._scan(data, 1) == _general(data), levels
         assert (v._scan(data, 1) is None) == (levels <= v.MAX_DEPTH), levels
+
+
+# --------------------------------------------------------------------------------------------------
+# The body's text as proof (`_plain_body`): a body it proves skips the walk; the answers must be the
+# walk's, event by event, for any body.
+
+# JSON texts put in place of a value as they are, so the decoder sees exactly them: escapes of NUL
+# and surrogates (and an escaped backslash before `u`, which is no escape), numbers around and beyond
+# every limit (also written with exponents, signs and leading digits a fraction hides), NaN and
+# Infinity, strings whose brackets and quotes would confuse a bracket count.
+RAW_FRAGMENTS = [
+    '"\\u0000"', '"a\\u0000b"', '"\\ud800"', '"\\uDC00x"', '"\\ud83d\\ude00"', '"\\\\u0000"', '"\\\\\\u0000"',
+    '"\\\\ud800"', '"\\u00e9"', '"\\u001f"', '"a\\nb"', '"\\"]]]\\""', '"[[[["', '"}}}"', '"\\\\"', '"\\\\\\""',
+    "9007199254740991", "9007199254740992", "-9007199254740992", "-9007199254740991", "12345678901234567890",
+    "1234567890123456", "0.12345678901234567890", "1.5e300", "1e400", "-1e400", "1E+400", "1e-400",
+    "1e0000000000000000005", "123456789012345678e-5", "NaN", "Infinity", "-Infinity", "-0", "0.0", "1e22",
+    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]", '{"a": {"b": [1e400]}}',
+    '[1.0, 2.5, -3e-7]', '"1234567890123456789"', '"ab1234567890123456789"', '{"\\u0000": 1}',
+    '{"\\ud800": 1}', '{"k": "x\\u2028y"}',
+]  # fmt: skip
+PLACEHOLDER = "\x01raw\x01"
+
+ENVELOPE = st.fixed_dictionaries(
+    {
+        "run_id": st.one_of(st.sampled_from(["r1", "r/2", "r\x00", "", "x" * 201]), st.text(max_size=6)),
+        "step_id": st.one_of(st.just("s1"), st.text(max_size=6), st.integers(), st.none()),
+        "timestamp": TIMESTAMPS,
+        "event_type": st.sampled_from(["turn", "context_decision", "x" * 101]),
+    },
+    optional={
+        "parent_step_id": st.one_of(st.none(), st.text(max_size=4), st.just("p" * 201)),
+        "llm_latency_ms": st.one_of(st.none(), st.integers(min_value=-5, max_value=2**40), st.floats()),
+        "model": st.one_of(st.none(), st.text(max_size=4), st.integers()),
+        "tool_call": st.one_of(st.none(), st.dictionaries(KEYS, SCALARS, max_size=2), st.integers()),
+    },
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    """A batch body: events with hostile values, some raw JSON fragments in place, written with any
+    of json.dumps's spellings (ASCII or not, with or without spaces, indented)."""
+    n = draw(st.integers(min_value=0, max_value=4))
+    events: list[Any] = []
+    raws: list[str] = []
+    for _ in range(n):
+        ev: Any = draw(ENVELOPE)
+        md: dict[str, Any] = {"turn": draw(st.one_of(st.integers(min_value=-2, max_value=2**31), st.none()))}
+        md["extra"] = draw(JSONISH)
+        md["deep"] = _deep(draw(st.integers(min_value=0, max_value=17)), draw(SCALARS))
+        if draw(st.booleans()):
+            md["raw"] = PLACEHOLDER
+            raws.append(draw(st.sampled_from(RAW_FRAGMENTS)))
+        ev["metadata"] = md
+        events.append(draw(st.one_of(st.just(ev), st.just(ev), SCALARS)))
+    style = draw(st.sampled_from([{}, {"separators": (",", ":")}, {"indent": 1}, {"ensure_ascii": False}]))
+    text = json.dumps({"events": events}, **style)  # NaN / Infinity written as Python's json does
+    for raw in raws:
+        text = text.replace(json.dumps(PLACEHOLDER), raw, 1)
+    return text.encode("utf-8", "surrogatepass")  # a lone surrogate written raw: not UTF-8
+
+
+def _answers(body: bytes | str, *, walk: bool) -> Any:
+    try:
+        payload, raws = v.parse_batch(body)
+    except ValueError as exc:
+        return "not JSON", str(exc)
+    events = payload.get("events") if isinstance(payload, dict) else None
+    if not isinstance(events, list):
+        return "not a batch", repr(payload)
+    if walk and raws is not None:
+        raws = list(raws)  # not parse_batch's own list: the walk runs on every event
+    ok, bad = v.check_events(events, raw_texts=raws)
+    return [(c.index, repr(c.event), c.raw) for c in ok], [(r.index, r.error, r.field) for r in bad]
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=bodies())
+def test_a_proved_body_gives_the_walks_answers(body: bytes) -> None:
+    assert repr(_answers(body, walk=False)) == repr(_answers(body, walk=True))
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=bodies())
+def test_the_proof_is_only_for_bytes(body: bytes) -> None:
+    """A `str` body or a subclass of `bytes` is walked as before; a `bytearray` is read as its bytes."""
+
+    class Body(bytes):
+        pass
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    for other in (Body(body), text):
+        if other is None:
+            continue
+        try:
+            _, raws = v.parse_batch(other)
+        except ValueError:
+            continue
+        assert raws is None or raws.__class__ is list
+    assert repr(_answers(bytearray(body), walk=False)) == repr(_answers(body, walk=True))
+
+
+def test_every_hostile_fragment_is_a_doubt() -> None:
+    """Each fragment that the walk refuses (or that a bracket count or a digit run could misjudge)
+    leaves the body unproved, and the walk answers as before."""
+    base = {"run_id": "r", "step_id": "s", "event_type": "turn", "timestamp": "2026-11-30T00:00:00Z"}
+    for raw in RAW_FRAGMENTS:
+        text = json.dumps({"events": [{**base, "metadata": {"v": PLACEHOLDER}}]})
+        body = text.replace(json.dumps(PLACEHOLDER), raw).encode()
+        walked = _answers(body, walk=True)
+        assert repr(_answers(body, walk=False)) == repr(walked), raw
+        _, raws = v.parse_batch(body)
+        if walked[1]:  # the walk refused it: the body must not have been proved
+            assert raws.__class__ is not v.BodyTexts, raw
+
+
+def test_the_usual_bodies_are_proved() -> None:
+    """Not vacuous: the bodies of bench/ingest.py's mixes (ASCII or not) take the short way."""
+    from bench.ingest import small_run
+
+    rng = random.Random(3)
+    conv, _ = conversation_run(rng, 4)
+    for events in (small_run(rng, 40), conv):
+        for style in ({}, {"ensure_ascii": False, "separators": (",", ":")}):
+            body = json.dumps({"events": events}, **style).encode()
+            payload, raws = v.parse_batch(body)
+            assert raws.__class__ is v.BodyTexts
+            assert raws.plain_events is payload["events"]
+            ok, bad = v.check_events(payload["events"], raw_texts=raws)
+            assert not bad and len(ok) == len(events)
+    # Escaped text, strings with brackets, a nesting right at the limit: still proved.
+    md: Any = {"text": 'line\n"quoted" [x] {y} \\ é', "args": '{"a": [1, {"b": "}"}]}'}
+    for _ in range(v.MAX_DEPTH - 2):
+        md = {"a": md}
+    ev = {
+        "run_id": "r",
+        "step_id": "s",
+        "event_type": "turn",
+        "timestamp": "2026-11-30T00:00:00Z",
+        "metadata": md,
+    }
+    _, raws = v.parse_batch(json.dumps({"events": [ev]}).encode())
+    assert raws.__class__ is v.BodyTexts
+    md = {"a": md}  # one level more
+    ev["metadata"] = md
+    body = json.dumps({"events": [ev]}).encode()
+    _, raws = v.parse_batch(body)
+    assert raws.__class__ is not v.BodyTexts
+    assert (
+        _answers(body, walk=False)[1][0][1]
+        == f"'metadata{'.a' * (v.MAX_DEPTH - 1)}' is nested more than {v.MAX_DEPTH} levels deep"
+    )

@@ -17,6 +17,10 @@ The rules (docs/guide/ingestion.md, "Limits and rules"), beyond the envelope of 
 - columns: `event_type` at most 100 characters, `parent_step_id` and `metadata.source_agent` (a
   string) at most 200; `metadata.turn` / `metadata.step` (when integers) 0 … `MAX_TURN`;
   `llm_latency_ms` 0 … 2**31 − 1.
+
+The nesting, string and number rules are checked by a walk over every decoded value, unless the body
+of `POST /api/v1/ingest` proves them from its text at once (`_plain_body`: a few C passes over its
+bytes, and a decoder that refuses NaN, Infinity and overflowing floats); on any doubt the walk runs.
 """
 
 from __future__ import annotations
@@ -145,13 +149,17 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
             raise TraceFormatError(
                 f"'{where}' {message}" if where else message, line=index, field=where or None
             )
+    return _check_envelope(data, index)
+
+
+def _check_envelope(data: Any, index: int | None) -> TraceEvent:
+    """`check_event` after the walk over every value (or for a value whose JSON text proved that the
+    walk finds nothing: `_plain_body`)."""
     ev = TraceEvent.from_dict(data, line=index)
     ts = ev.timestamp_dt
-    try:
-        utc = ts.astimezone(UTC)
-    except OverflowError:
-        utc = None
-    if utc is None or not MIN_TIMESTAMP <= utc <= MAX_TIMESTAMP:
+    # Aware datetimes compare as instants: the same verdict as comparing `ts.astimezone(UTC)`, which
+    # cannot be computed (OverflowError) exactly when the instant is outside years 1–9999.
+    if not MIN_TIMESTAMP <= ts <= MAX_TIMESTAMP:
         raise TraceFormatError(
             f"'timestamp' {_show(ev.timestamp)} is outside the range stored "
             f"({MIN_TIMESTAMP.date().isoformat()} to {MAX_TIMESTAMP.date().isoformat()} once converted to UTC)",
@@ -171,7 +179,7 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
             )
         if len(agent) > MAX_NAME:
             _too_long("metadata.source_agent", agent, MAX_NAME, index)
-    for key in ("turn", "step", "console_turn", "console_step"):
+    for key in _NUMBER_KEYS:
         n = md.get(key)
         if type(n) is int and not 0 <= n <= MAX_TURN:
             raise TraceFormatError(
@@ -189,15 +197,23 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
     return ev
 
 
+_NUMBER_KEYS = ("turn", "step", "console_turn", "console_step")
+
+
 def check_events(
     items: list[Any], *, raw_texts: list[str | None] | None = None
 ) -> tuple[list[CheckedEvent], list[EventResult]]:
-    """Check every item; returns the valid ones and a `rejected` result for each bad one."""
+    """Check every item; returns the valid ones and a `rejected` result for each bad one.
+
+    When `raw_texts` is what `parse_batch` returned for `items` and the body's text proved every value
+    plain (`_plain_body`), the walk over every value is skipped: it would find nothing."""
     ok: list[CheckedEvent] = []
     bad: list[EventResult] = []
+    plain = isinstance(raw_texts, BodyTexts) and raw_texts.plain_events is items
+    check = _check_plain if plain else check_event
     for i, item in enumerate(items):
         try:
-            ev = check_event(item)
+            ev = check(item)
         except TraceFormatError as exc:
             bad.append(EventResult(i, "rejected", exc.reason, exc.field))
             continue
@@ -206,6 +222,23 @@ def check_events(
             raw = json.dumps(item, ensure_ascii=False, separators=(",", ":"))
         ok.append(CheckedEvent(i, ev, raw))
     return ok, bad
+
+
+def _check_plain(data: Any) -> TraceEvent:
+    """`check_event` for an item of a body `_plain_body` proved: no NUL, no lone surrogate, no number
+    out of range, nothing nested too deep anywhere in it."""
+    if data.__class__ is Undecodable:  # never in a proved body; kept so the two agree on any input
+        raise TraceFormatError(data.reason)
+    return _check_envelope(data, None)
+
+
+class BodyTexts(list[str | None]):
+    """`parse_batch`'s `raw_texts` for a body whose text proved every value plain: `plain_events` is
+    the list of decoded events it holds (and `check_events` skips the walk only for that list)."""
+
+    __slots__ = ("plain_events",)
+
+    plain_events: list[Any]
 
 
 def _too_long(name: str, value: str, limit: int, index: int | None) -> None:
@@ -370,10 +403,23 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
     `json.loads` and `raw_texts` is None. Raises `ValueError` (`json.JSONDecodeError`,
     `UnicodeDecodeError`, or a plain `ValueError` for a body nested too deep) for a body that is not
     JSON; its message says why.
+
+    For a UTF-8 body (`bytes`) of the usual shape whose text proves that no value breaks a rule of the
+    walk (`_plain_body`), `raw_texts` is a `BodyTexts` and `check_events` skips the walk.
     """
+    data = bytes(body) if isinstance(body, bytearray) else body
     try:
-        return _scan_batch(body.decode("utf-8") if isinstance(body, bytes | bytearray) else body)
-    except (ValueError, IndexError, RecursionError):
+        if isinstance(data, bytes):
+            if data.__class__ is not bytes:  # a subclass: decoded as bytes, walked as usual
+                return _scan_batch(data.decode("utf-8"), _plain_scan)[:2]
+            payload, raws, plain = _scan_batch(data.decode("utf-8"), _checking_scan)
+            if plain and _plain_body(data):
+                texts = BodyTexts(raws)
+                texts.plain_events = payload["events"]
+                return payload, texts
+            return payload, raws
+        return _scan_batch(data, _plain_scan)[:2]
+    except (ValueError, IndexError, RecursionError, StopIteration):
         # Not the usual shape (or not JSON): the plain decoder gives the answer and the error message.
         pass
     try:
@@ -388,8 +434,28 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
         raise ValueError(f"the body cannot be decoded: {TOO_MANY_DIGITS}") from None
 
 
+class _NotPlain(Exception):
+    """Raised by the checking decoder's hooks: the value holds a NaN, an Infinity or a float that
+    overflows. The item is then decoded again by the plain decoder (so its value is exactly that)."""
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)  # what the decoder does without the hook
+    if x - x != 0:
+        raise _NotPlain
+    return x
+
+
+def _no_constant(text: str) -> float:
+    raise _NotPlain
+
+
 _WS = " \t\n\r"
-_decode_at = json.JSONDecoder().raw_decode
+_plain_decoder = json.JSONDecoder()
+_decode_at = _plain_decoder.raw_decode
+_plain_scan = _plain_decoder.scan_once  # type: ignore[attr-defined]
+# The same values as the plain decoder, or `_NotPlain` when a number is not finite.
+_checking_scan = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant).scan_once  # type: ignore[attr-defined]
 # One JSON token: a string, a bracket, or a run of scalar characters (numbers and literals).
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|[^\s,:\[\]{}"]+')
 
@@ -430,8 +496,10 @@ def _decode_item(text: str, i: int) -> tuple[Any, int]:
         return Undecodable(f"the event cannot be decoded: {TOO_MANY_DIGITS}"), end
 
 
-def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
-    """`{"events": [v, …]}` scanned element by element with the C decoder; raises ValueError otherwise."""
+def _scan_batch(text: str, scan: Any) -> tuple[dict[str, Any], list[str | None], bool]:
+    """`{"events": [v, …]}` scanned element by element with the C decoder's `scan` (`_plain_scan`, or
+    `_checking_scan`); raises ValueError (or IndexError, StopIteration) otherwise. The flag is False
+    when an item needed the plain decoder (`_NotPlain`, or an `Undecodable`)."""
     i = _skip(text, 0)
     if text[i] != "{":
         raise ValueError("not an object")
@@ -448,19 +516,47 @@ def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
     i = _skip(text, i + 1)
     events: list[Any] = []
     raws: list[str | None] = []
+    plain = True
     if text[i] == "]":
         i += 1
     else:
+        append_event = events.append
+        append_raw = raws.append
+        ws = _WS
         while True:
-            value, end = _decode_item(text, i)
-            events.append(value)
-            raws.append(None if value.__class__ is Undecodable else text[i:end])
-            i = _skip(text, end)
-            if text[i] == ",":
-                i = _skip(text, i + 1)
+            try:
+                value, end = scan(text, i)
+            except StopIteration:
+                raise ValueError("no value") from None
+            except (_NotPlain, RecursionError, ValueError):
+                # A number that is not finite, nesting too deep, an integer too long, or not JSON:
+                # decoded (or refused) exactly as the plain decoder does.
+                plain = False
+                value, end = _decode_item(text, i)
+                if value.__class__ is Undecodable:
+                    append_event(value)
+                    append_raw(None)
+                    i = _skip(text, end)
+                    if text[i] == ",":
+                        i = _skip(text, i + 1)
+                        continue
+                    if text[i] == "]":
+                        i += 1
+                        break
+                    raise ValueError("bad array") from None
+            append_event(value)
+            append_raw(text[i:end])
+            c = text[end]
+            if c in ws:
+                end = _skip(text, end)
+                c = text[end]
+            if c == ",":
+                i = end + 1
+                if text[i] in ws:
+                    i = _skip(text, i)
                 continue
-            if text[i] == "]":
-                i += 1
+            if c == "]":
+                i = end + 1
                 break
             raise ValueError("bad array")
     i = _skip(text, i)
@@ -468,7 +564,67 @@ def _scan_batch(text: str) -> tuple[dict[str, Any], list[str | None]]:
         raise ValueError("more keys")
     if text[i + 1 :].strip(_WS):
         raise ValueError("trailing data")
-    return {"events": events}, raws
+    return {"events": events}, raws, plain
+
+
+# --------------------------------------------------------------------------------------------------
+# The body's text as proof
+
+
+#: Every byte to "x" but digits to "0" (the delete argument makes `bytes.translate` take its faster
+#: loop; a JSON body holds no NUL byte).
+_DIGIT_RUNS = bytes(48 if 48 <= c <= 57 else 120 for c in range(256))
+#: `[{` to "(", `]}` to ")", quotes kept, the rest deleted.
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'"[]{}')
+#: The bytes a JSON number's integer digits can follow (whitespace, `:`, `,`, `[`, its sign).
+_NUMBER_LEAD = b" \t\n\r:,[-"
+_SIXTEEN_DIGITS = b"0" * 16
+_NUL_OR_SURROGATE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _plain_body(body: bytes) -> bool:
+    """True when the JSON text `body` (valid JSON, decoded from UTF-8 with the checking decoder, so
+    with no NaN, Infinity or non-finite float) proves that the walk (`_scan`) finds nothing in any of
+    its events: False on any doubt. What its bytes prove, at a few C passes over them:
+
+    - no NUL and no lone surrogate in any string or key: strict UTF-8 decoding refuses an encoded
+      surrogate and strict JSON a raw control character, so both can only come from a `\\u0000` or
+      `\\uD800`–`\\uDFFF` escape; none is in the text (a surrogate pair counts as a doubt);
+    - no integer beyond ±(2**53 − 1): it would need a run of 16 digits that follows what a number's
+      digits follow; a run that follows anything else (a `.`, a letter: a fraction, a hex digest) is
+      not an integer;
+    - nesting: the body (an object, its array, the events) is at most `MAX_DEPTH` + 2 levels deep,
+      counted on its brackets outside strings (escaped backslashes and quotes removed, strings cut
+      out at their quotes, then innermost pairs removed level by level).
+    """
+    escapes = b"\\" in body
+    if escapes and _NUL_OR_SURROGATE_ESCAPE.search(body) is not None:
+        return False
+    digits = body.translate(_DIGIT_RUNS, b"\0")
+    if len(digits) != len(body):
+        return False
+    i = digits.find(_SIXTEEN_DIGITS)
+    while i >= 0:
+        if i == 0 or body[i - 1] in _NUMBER_LEAD:
+            return False
+        end = digits.find(b"x", i + 16)
+        if end < 0:
+            break
+        i = digits.find(_SIXTEEN_DIGITS, end)
+    text = body
+    if escapes:
+        # Left to right, each `\\` is an escaped backslash; what backslashes remain each start
+        # an escape of another character, so each `\"` left is an escaped quote.
+        text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = text.translate(_BRACKETS, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in brackets:  # strings with brackets in them: keep what is between strings
+        brackets = b"".join(brackets.split(b'"')[::2])
+    for _ in range(MAX_DEPTH + 2):
+        if not brackets:
+            return True
+        brackets = brackets.replace(b"()", b"")
+    return not brackets
 
 
 def read_body(data: bytes, *, gzip_encoded: bool, limit: int) -> bytes:
