@@ -41,8 +41,6 @@ from traces.models import (
     Run,
     pack_message_decisions,
 )
-from traces.models.projection import _PACK_HEAD
-from traces.models.projection import _dumps as _pack_rows
 
 
 def local_turn(ev: TraceEvent) -> int | None:
@@ -114,14 +112,9 @@ def _decision_counts(rows: list[list[Any]], d: dict[str, Any], md: dict[str, Any
     (and its fallback) is read by `decision_counts` itself. Equal by test
     (tests/traces/test_projection_counts.py)."""
     pinned = sum(map(_pinned_of, rows))
-    outcomes = map(_outcome_of, rows) if not pinned else (r[_OUTCOME] for r in rows if not r[_PINNED])
-    return _counts(Counter(outcomes), pinned, bool(rows), d, md)
-
-
-def _counts(
-    outcomes: Counter[Any], pinned: int, listed: bool, d: dict[str, Any], md: dict[str, Any]
-) -> DecisionCounts:
-    """`DecisionCounts` from the outcomes of the rows that are not pinned blocks and the number that are."""
+    outcomes = Counter(
+        map(_outcome_of, rows) if not pinned else (r[_OUTCOME] for r in rows if not r[_PINNED])
+    )
     producer = decision_counts({"compressed_count": d.get("compressed_count")}, md).compressed_count
     return DecisionCounts(
         kept=outcomes["kept"],
@@ -129,68 +122,9 @@ def _counts(
         dropped=outcomes["dropped"],
         summarized=outcomes["summarized"],
         pinned=pinned + outcomes["pinned"],  # decision_counts also counts an outcome "pinned"
-        listed=listed,
+        listed=bool(rows),
         compressed_count=producer,
     )
-
-
-class _JsonStrings(dict[Any, str]):
-    """The JSON text of a text column's value as `message_decision` stores it (`as_str`: a string, else
-    null), worked out once per distinct value: a step's roles, outcomes, fidelities and reasons are a
-    handful of values repeated on every row. Unhashable values raise TypeError (the caller then takes
-    the general path)."""
-
-    def __missing__(self, value: Any) -> str:
-        text = self[value] = _encode_str(value) if isinstance(value, str) else "null"
-        return text
-
-
-_encode_str = json.encoder.encode_basestring  # what the table's encoder writes (ensure_ascii=False)
-
-
-def _int_text(value: Any) -> str:
-    n = _int(value)
-    return "null" if n is None else str(n)
-
-
-def _number_text(value: Any) -> str:
-    return _pack_rows([_num(value)])[1:-1]  # the encoder's spelling (Infinity, NaN)
-
-
-def _fast_table(value: Any) -> tuple[str, list[Any]] | None:
-    """`pack_message_decisions(message_decisions(value))` and the raw `outcome` of every row, written in
-    one pass without the row lists, when `value` is a list of plain dicts none of which is a pinned
-    block (pinned blocks are relocated before they are stored, see `_decision_row`); None otherwise
-    (the caller then takes the general path). A context decision carries up to hundreds of message
-    decisions per step. Equal by test (tests/traces/test_projection_counts.py)."""
-    if value.__class__ is not list:
-        return None
-    strings = _JsonStrings({None: "null"})
-    parts: list[str] = []
-    outcomes: list[Any] = []
-    append, keep = parts.append, outcomes.append
-    try:
-        for src in value:
-            if src.__class__ is not dict:
-                return None
-            index, role, outcome, fidelity, score, before, after, reason, pinned, pin_id = map(
-                src.get, _SOURCE_KEYS
-            )
-            if pinned is True or reason == "pinned":
-                return None
-            index_text = index if index.__class__ is int else _int_text(index)
-            # A finite float is written as its repr (`score - score` is 0.0 only when finite).
-            append(
-                f"[{index_text},{strings[role]},{strings[outcome]},{strings[fidelity]},"
-                f"{score if score.__class__ is float and score - score == 0.0 else _number_text(score)},"
-                f"{before if before.__class__ is int else _int_text(before)},"
-                f"{after if after.__class__ is int else _int_text(after)},"
-                f"{strings[reason]},false,{strings[pin_id]},{index_text}]"
-            )
-            keep(outcome)
-    except TypeError:
-        return None
-    return _PACK_HEAD + "[" + ",".join(parts) + "]}", outcomes
 
 
 def message_decisions(value: Any) -> list[list[Any]]:
@@ -306,12 +240,23 @@ def _decision_row(sv: StepView, pins: list[PinLifetime]) -> dict[str, Any] | Non
     md = cd.metadata
     d = _dict(md.get("context_decision"))
     report = md.get("context_report")
-    fast = _fast_table(d.get("decisions"))
-    if fast is not None:
-        table, outcomes = fast
-        counts = _counts(Counter(outcomes), 0, bool(outcomes), d, md)
-    else:
-        table, counts = _general_table(sv, cd, d, md, pins)
+    rows = message_decisions(d.get("decisions"))
+    counts = _decision_counts(rows, d, md)
+    if counts.pinned:
+        snapshot = _dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")) if sv.prompt_snapshot else {}
+        blocks = iter(
+            pinned_blocks(
+                decision_rows(cd),
+                pins,
+                sv.turn,
+                arcana=not cd.is_ours,
+                snapshot_messages=snapshot.get("messages"),
+            )
+        )
+        for r in rows:
+            if r[_PINNED]:
+                b = next(blocks)
+                r[_INDEX], r[_PIN_ID] = b.index, b.pin_id
     explanation = _str(d.get("explanation")) or _str(md.get("explanation")) or ""
     return {
         "agent": sv.agent or "",
@@ -330,33 +275,8 @@ def _decision_row(sv: StepView, pins: list[PinLifetime]) -> dict[str, Any] | Non
         "explanation": explanation,
         "utilization": _num(_dict(report).get("utilization")),
         "report": report if isinstance(report, dict) else None,
-        "message_table": table,
+        "message_table": pack_message_decisions(rows),
     }
-
-
-def _general_table(
-    sv: StepView, cd: TraceEvent, d: dict[str, Any], md: dict[str, Any], pins: list[PinLifetime]
-) -> tuple[str, DecisionCounts]:
-    """The stored message table and the counts of a step's context decision, row by row (any
-    decisions; `_fast_table` covers the common case)."""
-    rows = message_decisions(d.get("decisions"))
-    counts = _decision_counts(rows, d, md)
-    if counts.pinned:
-        snapshot = _dict(sv.prompt_snapshot.metadata.get("prompt_snapshot")) if sv.prompt_snapshot else {}
-        blocks = iter(
-            pinned_blocks(
-                decision_rows(cd),
-                pins,
-                sv.turn,
-                arcana=not cd.is_ours,
-                snapshot_messages=snapshot.get("messages"),
-            )
-        )
-        for r in rows:
-            if r[_PINNED]:
-                b = next(blocks)
-                r[_INDEX], r[_PIN_ID] = b.index, b.pin_id
-    return pack_message_decisions(rows), counts
 
 
 def _primitive_row(ev: TraceEvent, sv: StepView | None, agent: str | None) -> dict[str, Any]:
