@@ -16,7 +16,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from operator import itemgetter
 from typing import Any
 
 from ._json_text import flat_texts, splice_dumps
@@ -99,11 +98,6 @@ _ID_FORBIDDEN = re.compile("[/\x00-\x1f\x7f-\x9f]")
 _ID_KEYS = ("run_id", "step_id")
 _ENVELOPE_SET = frozenset(ENVELOPE_KEYS)
 _FIELD_KEYS = tuple(k for k in ENVELOPE_KEYS if k not in ("metadata", "llm_latency_ms"))
-_optional_str = itemgetter(*(_FIELD_KEYS.index(k) for k in _OPTIONAL_STR))
-_optional_obj = itemgetter(*(_FIELD_KEYS.index(k) for k in _OPTIONAL_OBJ))
-_id_time_type = itemgetter(*(_FIELD_KEYS.index(k) for k in ("run_id", "step_id", "timestamp", "event_type")))
-_STR_OR_NONE = frozenset({str, type(None)})
-_DICT_OR_NONE = frozenset({dict, type(None)})
 
 
 def _check_required(key: str, value: Any, line: int | None) -> None:
@@ -210,30 +204,19 @@ class TraceEvent:
         """Validate an untrusted decoded JSON value. Raises `TraceFormatError` naming the field.
 
         The parsed timestamp is kept (`timestamp_dt` does not parse again)."""
-        # Hot path of ingestion (every event of every batch): the fields are read at once, the usual
-        # case (exact types, nothing odd) is tested with few operations, and any doubt takes the field
-        # by field checks below, which raise the error of the first field at fault. The object is
+        # Hot path of ingestion (every event of every batch): exact-type checks first, and the object is
         # filled in directly rather than through the frozen dataclass __init__ (one setattr per field).
         if not isinstance(data, dict):
             raise TraceFormatError(f"event must be a JSON object, got {_json_type(data)}", line=line)
         get = data.get
-        values = list(map(get, _FIELD_KEYS))
-        run_id, step_id, timestamp, event_type = _id_time_type(values)
-        if not (
-            run_id.__class__ is str
-            and step_id.__class__ is str
-            and event_type.__class__ is str
-            and 0 < len(run_id) <= MAX_ID_LENGTH
-            and 0 < len(step_id) <= MAX_ID_LENGTH
-            and 0 < len(event_type) <= MAX_ID_LENGTH
-        ):
-            for key in _REQUIRED_STR:
-                value = get(key)
-                if value.__class__ is not str or not value or len(value) > MAX_ID_LENGTH:
-                    _check_required(key, value, line)
-        if _ID_FORBIDDEN.search(run_id) or _ID_FORBIDDEN.search(step_id):
-            _check_required("run_id", run_id, line)
-            _check_required("step_id", step_id, line)
+        for key in _REQUIRED_STR:
+            value = get(key)
+            if value.__class__ is not str or not value or len(value) > MAX_ID_LENGTH:
+                _check_required(key, value, line)
+        if _ID_FORBIDDEN.search(data["run_id"]) or _ID_FORBIDDEN.search(data["step_id"]):
+            _check_required("run_id", data["run_id"], line)
+            _check_required("step_id", data["step_id"], line)
+        timestamp = get("timestamp")
         if not isinstance(timestamp, str):
             raise TraceFormatError(
                 f"'timestamp' must be an ISO-8601 string, got {_json_type(timestamp)}",
@@ -248,20 +231,18 @@ class TraceEvent:
                 line=line,
                 field="timestamp",
             ) from None
-        if not _STR_OR_NONE.issuperset(map(type, _optional_str(values))):
-            for key in _OPTIONAL_STR:
-                value = get(key)
-                if value is not None and value.__class__ is not str and not isinstance(value, str):
-                    raise TraceFormatError(
-                        f"'{key}' must be a string or null, got {_json_type(value)}", line=line, field=key
-                    )
-        if not _DICT_OR_NONE.issuperset(map(type, _optional_obj(values))):
-            for key in _OPTIONAL_OBJ:
-                value = get(key)
-                if value is not None and not isinstance(value, dict):
-                    raise TraceFormatError(
-                        f"'{key}' must be an object or null, got {_json_type(value)}", line=line, field=key
-                    )
+        for key in _OPTIONAL_STR:
+            value = get(key)
+            if value is not None and value.__class__ is not str and not isinstance(value, str):
+                raise TraceFormatError(
+                    f"'{key}' must be a string or null, got {_json_type(value)}", line=line, field=key
+                )
+        for key in _OPTIONAL_OBJ:
+            value = get(key)
+            if value is not None and not isinstance(value, dict):
+                raise TraceFormatError(
+                    f"'{key}' must be an object or null, got {_json_type(value)}", line=line, field=key
+                )
         latency = get("llm_latency_ms")
         if latency is not None:
             if isinstance(latency, bool) or not isinstance(latency, int | float):
@@ -274,22 +255,19 @@ class TraceEvent:
         metadata = get("metadata")
         if metadata is None:
             metadata = {}
-        elif metadata.__class__ is not dict and not isinstance(metadata, dict):
+        if not isinstance(metadata, dict):
             raise TraceFormatError(
                 f"'metadata' must be an object, got {_json_type(metadata)}", line=line, field="metadata"
             )
-        if data.keys() <= _ENVELOPE_SET:
-            extra = {}
-        else:
-            extra_keys = data.keys() - _ENVELOPE_SET
-            extra = {k: v for k, v in data.items() if k in extra_keys}
+        extra_keys = data.keys() - _ENVELOPE_SET
+        extra = {k: v for k, v in data.items() if k in extra_keys} if extra_keys else {}
         obj = object.__new__(cls)
-        fields = obj.__dict__
-        fields.update(zip(_FIELD_KEYS, values, strict=True))
+        fields = {k: get(k) for k in _FIELD_KEYS}
         fields["llm_latency_ms"] = latency
         fields["metadata"] = metadata
         fields["extra"] = extra
         fields["timestamp_dt"] = ts  # the cached_property's slot
+        obj.__dict__.update(fields)
         return obj
 
     @classmethod
