@@ -279,10 +279,9 @@ def compact_text(value: Any, key: Any = None) -> str:
     return _cached(_COMPACT, _compact, value, key if key is not None else content_key(value))
 
 
-def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str]) -> str:
-    """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` where the list at `path` (keys of
-    nested dicts) is encoded as `"[" + ",".join(texts) + "]"`: `texts` must be the compact texts of
-    that list's items. Only the dicts on `path` are copied; `obj` is not changed."""
+def _splice_ends(obj: dict[str, Any], path: Sequence[str]) -> tuple[str, str] | None:
+    """The compact text of `obj` before and after the list at `path`, or None when that cannot be
+    told apart (the marker's text also in a value). Only the dicts on `path` are copied."""
     top = dict(obj)
     node = top
     for key in path[:-1]:
@@ -293,9 +292,19 @@ def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str])
     text = _compact(top)
     at = text.find(_MARKER_TEXT)
     end = at + len(_MARKER_TEXT)
-    if at < 0 or text.find(_MARKER_TEXT, end) >= 0:  # the marker's text also in a value: encode whole
+    if at < 0 or text.find(_MARKER_TEXT, end) >= 0:
+        return None
+    return text[:at], text[end:]
+
+
+def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str]) -> str:
+    """`json.dumps(obj, separators=(",", ":"), ensure_ascii=False)` where the list at `path` (keys of
+    nested dicts) is encoded as `"[" + ",".join(texts) + "]"`: `texts` must be the compact texts of
+    that list's items. `obj` is not changed."""
+    ends = _splice_ends(obj, path)
+    if ends is None:  # encode whole
         return _compact(obj)
-    head, tail = text[:at], text[end:]
+    head, tail = ends
     if not texts:
         return head + "[]" + tail
     # One join writes the whole text (the list's texts are most of it: the history of a request).
@@ -308,19 +317,10 @@ def splice_dumps(obj: dict[str, Any], path: Sequence[str], texts: Sequence[str])
 def splice_dumps_utf8(obj: dict[str, Any], path: Sequence[str], pieces: Sequence[bytes]) -> bytes:
     """`splice_dumps(obj, path, texts).encode("utf-8")` where `pieces` are the UTF-8 bytes of
     `texts` (the UTF-8 of a concatenation is the concatenation of the UTF-8s)."""
-    top = dict(obj)
-    node = top
-    for key in path[:-1]:
-        child = dict(node[key])
-        node[key] = child
-        node = child
-    node[path[-1]] = _MARKER
-    text = _compact(top)
-    at = text.find(_MARKER_TEXT)
-    end = at + len(_MARKER_TEXT)
-    if at < 0 or text.find(_MARKER_TEXT, end) >= 0:  # the marker's text also in a value: encode whole
+    ends = _splice_ends(obj, path)
+    if ends is None:
         return _compact(obj).encode("utf-8")
-    head, tail = text[:at].encode("utf-8"), text[end:].encode("utf-8")
+    head, tail = ends[0].encode("utf-8"), ends[1].encode("utf-8")
     if not pieces:
         return head + b"[]" + tail
     items = list(pieces)

@@ -64,13 +64,19 @@ def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Ru
     # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored).
     small = postgres and n_rows <= SMALL_BATCH_ROWS
     with _CopyChain() as chain:
-        if small:
-            turn_ids = ids[0]
-        elif postgres:
-            chain.send(Turn, turns, ids[0])
-            turn_ids = ids[0]
-        else:
-            turn_ids = fast_insert(Turn, turns, need_ids=True)
+
+        def with_ids(
+            model: type[models.Model], rows: list[dict[str, Any]], allocated: list[int]
+        ) -> list[int]:
+            """Write `rows` now (a large batch) or with the rest (a small one); their ids."""
+            if small:
+                return allocated
+            if postgres:
+                chain.send(model, rows, allocated)
+                return allocated
+            return fast_insert(model, rows, need_ids=True)
+
+        turn_ids = with_ids(Turn, turns, ids[0])
         steps: list[dict[str, Any]] = []
         base = 0
         for run, proj in items:
@@ -79,13 +85,7 @@ def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Ru
                 step["turn_id"] = turn_ids[base + t_index]
                 steps.append(step)
             base += len(proj.turns)
-        if small:
-            step_ids = ids[1]
-        elif postgres:
-            chain.send(Step, steps, ids[1])
-            step_ids = ids[1]
-        else:
-            step_ids = fast_insert(Step, steps, need_ids=True)
+        step_ids = with_ids(Step, steps, ids[1])
         decisions: list[dict[str, Any]] = []
         primitives: list[dict[str, Any]] = []
         pins: list[dict[str, Any]] = []
