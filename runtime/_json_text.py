@@ -16,7 +16,7 @@ those `json.dumps` gives for the whole object.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any, cast
 
@@ -116,28 +116,30 @@ def compact_utf8(values: Sequence[Any], entries: Sequence[MessageTexts | None]) 
     encoded once: a request body is the bytes of its messages' texts joined (`splice_dumps_utf8`),
     so the history is not encoded to UTF-8 again at every step (slow for a text holding one
     character outside ASCII: then the whole text is). The bytes already made are read in C."""
-    out: list[bytes | None] = list(map(getattr, entries, repeat("compact_utf8"), repeat(None)))
-    if None in out:
-        for i, data in enumerate(out):
-            if data is None:
-                entry = entries[i]
-                data = out[i] = compact_of(values[i], entry).encode("utf-8")
-                if entry is not None:
-                    entry.compact_utf8 = data
-    return cast("list[bytes]", out)
+    return _utf8(values, entries, "compact_utf8", compact_of)
 
 
 def canonical_utf8(values: Sequence[Any], entries: Sequence[MessageTexts | None]) -> list[bytes]:
     """`[canonical_of(v, e).encode("utf-8") for v, e in zip(values, entries)]`, as `compact_utf8`
     makes them (what a request digest hashes)."""
-    out: list[bytes | None] = list(map(getattr, entries, repeat("canonical_utf8"), repeat(None)))
+    return _utf8(values, entries, "canonical_utf8", canonical_of)
+
+
+def _utf8(
+    values: Sequence[Any],
+    entries: Sequence[MessageTexts | None],
+    slot: str,
+    text_of: Callable[[Any, MessageTexts | None], str],
+) -> list[bytes]:
+    """Each value's `text_of` text as UTF-8, kept on its entry's `slot` once encoded."""
+    out: list[bytes | None] = list(map(getattr, entries, repeat(slot), repeat(None)))
     if None in out:
         for i, data in enumerate(out):
             if data is None:
                 entry = entries[i]
-                data = out[i] = canonical_of(values[i], entry).encode("utf-8")
+                data = out[i] = text_of(values[i], entry).encode("utf-8")
                 if entry is not None:
-                    entry.canonical_utf8 = data
+                    setattr(entry, slot, data)
     return cast("list[bytes]", out)
 
 
