@@ -1,21 +1,29 @@
-"""Worker heartbeats: each Celery worker says it is alive, so /healthz can list workers per queue.
+"""Worker heartbeats and graceful stops.
+
+Heartbeats: each Celery worker says it is alive, so /healthz can list workers per queue.
 
 The worker's main process starts a daemon thread when it is ready; every `BEAT_SECONDS` it upserts a
 `WorkerHeartbeat` row (node name, queues, pid) and removes its row when the worker shuts down. A
 worker killed with SIGKILL leaves its row behind; it stops counting once `last_seen` is older than
 `SEEN_WITHIN_SECONDS`. Rows live in the database because web nodes and workers may run on different
 machines and share nothing else that every broker supports.
+
+Graceful stops: a warm shutdown (Ctrl-C, a deploy's SIGTERM) sets `stopping()` in the main process
+and in every prefork pool process at once: the flag is one byte of memory mapped before the pool
+forks, so no signal is needed (billiard takes the spare signals for its own exit handling). A running
+conversation then hands its remaining turns back to the queue once the turn in progress is stored.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import threading
 from datetime import timedelta
 from typing import Any
 
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
@@ -25,6 +33,17 @@ BEAT_SECONDS = 10.0
 SEEN_WITHIN_SECONDS = 45
 
 _stop = threading.Event()
+# Shared with the processes this one forks (MAP_SHARED): 1 once the worker is stopping.
+_stopping = mmap.mmap(-1, 1)
+
+
+def stopping() -> bool:
+    """Whether this worker (any of its processes) has been asked to stop."""
+    return _stopping[0] == 1
+
+
+def set_stopping(value: bool = True) -> None:
+    _stopping[0] = 1 if value else 0
 
 
 def beat(hostname: str, queues: list[str]) -> None:
@@ -84,3 +103,8 @@ def _stop_beating(sender: Any = None, **kwargs: Any) -> None:
         WorkerHeartbeat.objects.filter(hostname=hostname).delete()
     except Exception:
         log.warning("could not remove the heartbeat of %s", hostname, exc_info=True)
+
+
+@worker_shutting_down.connect
+def _say_stopping(sender: Any = None, **kwargs: Any) -> None:
+    set_stopping()

@@ -8,6 +8,7 @@ server (`tests/runtime/openai_server.py`) configured through `ARCANA_PROVIDERS`.
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -323,3 +324,45 @@ def test_it_survives_a_worker_killed_mid_turn(
     assert kinds == expected  # nothing twice, nothing missing
     run = Run.objects.get(project=project, run_id=created["run_id"])
     assert run.events == len(expected) and run.turns == 3 and run.status == Run.Status.COMPLETED
+
+
+@pytest.mark.slow
+def test_a_stopping_worker_hands_the_rest_of_a_conversation_back_after_the_turn_in_progress(
+    api_client: Client, project: Project, llm: OpenAIServer, settings: Any
+) -> None:
+    # A prefork worker, as scripts/run starts it: the turn runs in a pool process that ignores the
+    # SIGTERM its main process gets, and must still learn that the worker is stopping.
+    settings.ARCANA_AGENTS_QUEUE = f"agents-stop-{uuid.uuid4().hex[:8]}"
+    before = len(llm.requests)
+    llm.enqueue_text("Turn one answered.")
+    llm.enqueue_text("Turn two answered while its worker stops.", delay=3)
+    llm.enqueue_text("Turn three answered by the next worker.")
+    with worker(pool="prefork") as first:
+        created = start(api_client, provider="loop", script=["one", "two", "three"])
+        wait_for(lambda: len(llm.requests) >= before + 2, what="turn 2's provider request")
+        first.proc.send_signal(signal.SIGTERM)
+        # Warm shutdown: turn 2 is finished and stored, turn 3 is not started.
+        assert first.proc.wait(timeout=30) == 0, first.log_text()[-3000:]
+
+    conv = Conversation.objects.get(pk=created["id"])
+    assert (conv.status, conv.cursor, conv.lease_owner) == ("queued", 2, "")
+    assert [t["assistant"] for t in conv.transcript] == [
+        "Turn one answered.",
+        "Turn two answered while its worker stops.",
+    ]
+    assert len(llm.requests) == before + 2
+    assert "handed back to the queue at turn 3" in first.log_text()
+
+    # The task it sent on its way out is taken by the next worker, which runs turn 3 from the saved
+    # state: no lease to wait for, no sweeper needed.
+    with worker():
+        conv = wait_status(created["id"], "completed", "failed", timeout=60)
+    assert conv.status == "completed", conv.reason
+    assert [t["assistant"] for t in conv.transcript][2] == "Turn three answered by the next worker."
+    events = events_of(project, created["run_id"])
+    turns = sorted((e["metadata"]["console_turn"], e["event_type"]) for e in events)
+    assert turns == sorted(
+        (turn, kind)
+        for turn in (1, 2, 3)
+        for kind in ("context_decision", "prompt_snapshot", "turn", "llm_call")
+    )

@@ -72,9 +72,14 @@ def broker_env() -> dict[str, str]:
 
 @contextmanager
 def worker(
-    *, env: Mapping[str, str] | None = None, beat: bool = False, timeout: float = 60
+    *,
+    env: Mapping[str, str] | None = None,
+    beat: bool = False,
+    pool: str = "solo",
+    timeout: float = 60,
 ) -> Iterator[Worker]:
-    """A `celery worker` (solo pool) on the agents queue of these tests, with its own data folder."""
+    """A `celery worker` (solo pool, or `pool="prefork"` with one child as `scripts/run` starts it)
+    on the agents queue of these tests, with its own data folder."""
     data_dir = Path(tempfile.mkdtemp(prefix="arcana-worker-"))
     private = f"ping-{uuid.uuid4().hex[:8]}"
     full_env = dict(os.environ)
@@ -93,7 +98,7 @@ def worker(
     args = [
         sys.executable, "-m", "celery", "-A", "arcana_site", "worker",
         "-Q", f"{settings.ARCANA_AGENTS_QUEUE},{private}",
-        "--pool", "solo", "--loglevel", "INFO",
+        "--pool", pool, "--concurrency", "1", "--loglevel", "INFO",
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         "-n", f"{private}@%h",
     ]  # fmt: skip

@@ -29,6 +29,7 @@ from runtime import (
     TraceWriter,
 )
 from runtime.scenarios import get_scenario
+from traces import workers
 from traces.conversations.providers import SCRIPTED, server_providers
 from traces.conversations.service import enqueue
 from traces.conversations.sink import StoreSink
@@ -311,6 +312,9 @@ def _run_turns(
             if conv.mode == Conversation.Mode.PLAYGROUND:
                 return Conversation.Status.WAITING_FOR_USER, ""
             return Conversation.Status.COMPLETED, ""
+        if workers.stopping():  # hand the rest back: a stop waits for one turn, not the conversation
+            _hand_back(conv, owner)
+            return None, ""
         if conv.cursor >= max_turns:
             return (
                 Conversation.Status.FAILED,
@@ -359,6 +363,22 @@ def _run_turns(
                 f"step limit reached in turn {reply.turn} ({settings.ARCANA_MAX_STEPS_PER_TURN} steps, "
                 "ARCANA_MAX_STEPS_PER_TURN)"
             )
+
+
+def _hand_back(conv: Conversation, owner: str) -> None:
+    """Give a conversation with turns left back to the queue (this worker is stopping): `queued`, no
+    lease, and a new task, which the next worker to start runs from the saved state and cursor."""
+    handed = Conversation.objects.filter(
+        pk=conv.pk, lease_owner=owner, status=Conversation.Status.RUNNING
+    ).update(
+        status=Conversation.Status.QUEUED,
+        lease_owner="",
+        lease_expires_at=None,
+        updated_at=timezone.now(),
+    )
+    if handed:
+        log.info("conversation %s handed back to the queue at turn %s", conv.pk, conv.cursor + 1)
+        enqueue(conv.pk)
 
 
 def _transcript(pk: int) -> list[dict[str, Any]]:
