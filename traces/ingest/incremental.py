@@ -406,16 +406,19 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
     removed = _Removed()
     if connection.vendor == "postgresql":
         qn = connection.ops.quote_name
-        pairs = [(a, t) for a, ts in by_agent.items() for t in ts]
-        agents, turns = [a for a, _ in pairs], [t for _, t in pairs]
-        touched = "(agent, {col}) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+        # Every column of the (run, agent, turn) indexes in the condition, so a delete reads the touched
+        # turns' rows only, whatever the planner believes of the table (an IN over unnest() pairs was
+        # planned as a scan of the whole run's rows, and a live stream's batches grew with the run).
+        spans = [(a, lo, hi) for a in sorted(by_agent) for lo, hi in _ranges(sorted(by_agent[a]))]
+        touched = " OR ".join(["(agent = %s AND {col} BETWEEN %s AND %s)"] * len(spans))
+        touched_params = [v for span in spans for v in span]
         parts: list[str] = []
         params: list[Any] = []
         for model, col, back in ((ContextDecision, "turn_number", ""), (PrimitiveEvent, "turn_number", ""), (Step, "turn_number", " RETURNING model"), (Turn, "number", f" RETURNING {', '.join(_TURN_VALUES)}")):  # fmt: skip
             parts.append(
-                f"DELETE FROM {qn(model._meta.db_table)} WHERE run_id = %s AND {touched.format(col=col)}{back}"
+                f"DELETE FROM {qn(model._meta.db_table)} WHERE run_id = %s AND ({touched.format(col=col)}){back}"
             )
-            params += [run.pk, agents, turns]
+            params += [run.pk, *touched_params]
         if pin_agents:
             parts.append(
                 f"DELETE FROM {qn(Pin._meta.db_table)} WHERE run_id = %s AND agent = ANY(%s::text[])"
