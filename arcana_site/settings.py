@@ -99,6 +99,16 @@ DATABASE_URL = envdatabase("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'arca
 DATABASES = {"default": DATABASE_URL.to_django()}
 if DATABASE_URL.engine == "sqlite":
     Path(DATABASE_URL.name).parent.mkdir(parents=True, exist_ok=True)
+# PostgreSQL: the ingestion prepares its own statements (traces/prepared.py); False for a
+# pooler that cannot hold prepared statements (PgBouncer in transaction mode before 1.21).
+ARCANA_DB_PREPARED_STATEMENTS = envbool("ARCANA_DB_PREPARED_STATEMENTS", default=True)
+if DATABASE_URL.engine == "postgres" and ARCANA_DB_PREPARED_STATEMENTS:
+    # Django's own cursors bind on the client and never prepare, whatever this says; the ingestion's
+    # cursor asks for each of its statements to be prepared, which psycopg refuses while it is None.
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "prepare_threshold": 2**31 - 1,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -20,7 +20,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from traces import sqlread
+from traces import prepared, sqlread
 from traces.models import ApiKey, Project, Team
 
 # Writing last_used_at on every request would add a write to every batch; a minute is precise enough.
@@ -114,7 +114,7 @@ def _unrevoked_key(key_hash: str) -> ApiKey | None:
         f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} "
         f"WHERE {key_t}.{qn('key_hash')} = %s AND {key_t}.{qn('revoked_at')} IS NULL"
     )  # noqa: S608  (names are ours; the value is a parameter)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, [key_hash])
         row = cursor.fetchone()
     if row is None:

@@ -20,6 +20,7 @@ from django.db import connection
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
+from traces import prepared
 from traces.models import ApiKey
 
 
@@ -74,7 +75,7 @@ def _take_slot(key: ApiKey, current: int, limit: int) -> bool:
         "rate_count = CASE WHEN rate_window = %s THEN rate_count + 1 ELSE 1 END, rate_window = %s "
         f"WHERE id = %s AND revoked_at IS NULL AND (rate_window <> %s OR rate_count < %s){relaxed}"
     )  # noqa: S608  (the table name is ours; values are parameters)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, [current, current, key.pk, current, limit])
         return bool(cursor.rowcount)
 

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from django.db import connection, models
 
+from traces import prepared
+
 M = TypeVar("M", bound=models.Model)
 
 #: Per column: the converters the ORM would apply to the value read (backend's, then the field's).
@@ -64,6 +66,6 @@ def fetch(model: type[M], where_order: str, params: Sequence[Any]) -> list[M]:
     """`model`'s rows matching `where_order` (an SQL `WHERE …` and optional `ORDER BY …` over its table)."""
     table = connection.ops.quote_name(model._meta.db_table)
     sql = f"SELECT {columns(model)} FROM {table} {where_order}"  # noqa: S608  (names are ours)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         return [build(model, row) for row in cursor.fetchall()]

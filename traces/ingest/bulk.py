@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connection, models
 
+from traces import prepared
 from traces.models import (
     ContextDecision,
     Event,
@@ -154,7 +155,7 @@ def _insert_small(tables: list[tuple[type[models.Model], list[dict[str, Any]], l
     sql = parts[-1]
     if len(parts) > 1:
         sql = "WITH " + ", ".join(f"i{k} AS ({p})" for k, p in enumerate(parts[:-1])) + " " + parts[-1]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
 
 
@@ -178,7 +179,7 @@ def _update_runs(runs: list[Run]) -> None:
         return
     if connection.vendor == "postgresql":
         sql, param = _update_runs_statement(runs)
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:
             cursor.execute(sql, [param])
         return
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
@@ -243,7 +244,7 @@ def _allocate_ids(
         params.append(param)
     for model, n in wanted:
         params += [model._meta.db_table, model._meta.pk.column, n]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     return [list(ids) for ids in row]
@@ -473,7 +474,7 @@ def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
         f"ON CONFLICT ({qn('project_id')}, {qn('run_id')}, {qn('step_id')}) DO NOTHING "
         f"RETURNING {qn('run_id')}, {qn('step_id')}"
     )  # noqa: S608  (names are ours; values are one parameter)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, [_json_rows(dict_rows)])
         return set(cursor.fetchall())
 

@@ -24,6 +24,7 @@ from runtime.facts import (
     pin_lifetimes,
     status_from_last,
 )
+from traces import prepared
 from traces.ingest.bulk import _column_field, _fit_ints, _insert_projections
 from traces.ingest.projection import (
     _one_turn_event_per_step,
@@ -321,7 +322,7 @@ def _save_run(run: Run) -> None:
     sql, fields = _save_run_sql(connection.vendor)
     row = {f.attname: getattr(run, f.attname) for f in fields}
     _fit_ints(Run, [row])
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk])
 
 
@@ -358,7 +359,7 @@ def _touched_rows(
             where.append(f"parent_step_id IN ({', '.join(['%s'] * len(parents))})")
         sql = f"{cols} WHERE project_id = %s AND run_id = %s AND ({' OR '.join(where)})"
         params = [project.pk, run_id, *turns, *parents]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)  # noqa: S608  (names are ours; values are parameters)
         return list(cursor.fetchall())
 
@@ -381,7 +382,7 @@ def _stored_raw(
     else:
         sql = f"{one}step_id IN ({', '.join(['%s'] * len(step_ids))}){of_type}"
         params = [project.pk, run_id, *step_ids, *typed]
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)  # noqa: S608  (names are ours; values are parameters)
         return [raw for (raw,) in cursor.fetchall()]
 
@@ -429,7 +430,7 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
             + " SELECT (SELECT json_agg(model) FROM d2 WHERE model <> ''),"
             + f" (SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3)"
         )  # fmt: skip
-        with connection.cursor() as cursor:
+        with prepared.cursor() as cursor:
             cursor.execute(sql, params)
             models, values = (json.loads(v) if isinstance(v, str) else v for v in cursor.fetchone())
         removed.models.update(models or [])
@@ -519,7 +520,7 @@ def _run_summary(
     turns: dict[str, Any] = {}
     last: list[TraceEvent] = []
     last_turn: list[TraceEvent] = []
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         for kind, text, n, steps, prompt, completion, tokens, peak, tool_calls, errors in cursor.fetchall():
             if kind == "m":

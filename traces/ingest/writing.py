@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from runtime import TraceEvent
 from runtime.errors import TraceFormatError
+from traces import prepared
 from traces.ingest.bulk import (
     SMALL_BATCH_ROWS,
     _insert_events,
@@ -192,7 +193,7 @@ def _upsert_runs(project: Project, run_ids: list[str], now: datetime) -> dict[st
         f"ON CONFLICT ({qn('project_id')}, {qn('run_id')}) DO UPDATE SET {qn('run_id')} = EXCLUDED.{qn('run_id')} "
         f"RETURNING {qn('id')}, {cols}"
     )  # noqa: S608  (names are ours; values are one parameter)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(sql, [_json_rows(rows)])
         fetched = cursor.fetchall()
     attnames = ["id", *(f.attname for f in _run_fields())]
