@@ -14,11 +14,11 @@ from django.utils.safestring import SafeString
 
 from runtime.facts import rendered_pins
 from traces.models import (
+    MESSAGE_DECISION_KEYS,
     ContextDecision,
-    MessageDecisionDict,
     Pin,
     Run,
-    unpack_message_decisions,
+    message_decision_rows,
 )
 from traces.run_page import fidelity_groups_html
 
@@ -213,16 +213,23 @@ def _fidelity_map(
     )
 
 
-# A step of the window: (turn, step, strategy, its message decisions).
-_MapStep = tuple[int, int, str, list[MessageDecisionDict]]
+# A step of the window: (turn, step, strategy, its message decisions as rows of values in
+# `MESSAGE_DECISION_KEYS` order).
+_MapStep = tuple[int, int, str, list[list[Any]]]
+
+# Where each value of a decision row is (`message_decision_rows`).
+_AT = {key: i for i, key in enumerate(MESSAGE_DECISION_KEYS)}
+_INDEX, _ROLE, _OUTCOME, _FIDELITY, _REASON, _PINNED, _PIN_ID = (
+    _AT[k] for k in ("index", "role", "outcome", "fidelity", "reason", "pinned", "pin_id")
+)
 
 
 # A row of the map: (0, message index) or (1, pin id); pins sort after messages.
 _RowKey = tuple[int, Any]
 
 
-# A row's cells before run-length encoding: (column, CSS class, decision).
-_RowCells = dict[_RowKey, list[tuple[int, str, MessageDecisionDict]]]
+# A row's cells before run-length encoding: (column, CSS class, decision row).
+_RowCells = dict[_RowKey, list[tuple[int, str, list[Any]]]]
 
 
 def _map_window(run: Run, agent: str, start: int | None, window: int) -> tuple[int, int, int, list[_MapStep]]:
@@ -243,7 +250,7 @@ def _map_window(run: Run, agent: str, start: int | None, window: int) -> tuple[i
         .order_by("turn_number", "step_number")
         .values_list("turn_number", "step_number", "strategy", "message_table")
     )
-    steps = [(t, s, strategy, unpack_message_decisions(table)) for t, s, strategy, table in rows_qs]
+    steps = [(t, s, strategy, message_decision_rows(table)) for t, s, strategy, table in rows_qs]
 
     return total, start, window, steps
 
@@ -272,10 +279,13 @@ def _map_outcomes(
         )
         pin_k = 0
         active: list[Pin] | None = None
-        for d in mds or []:
-            if d.get("pinned") or d.get("reason") == "pinned":  # is_pin_decision, inlined: hot loop
+        # The hot loop of a first view (100 steps × their decisions): values read by position, and
+        # a label, class or list made once per row or per kind of outcome, not once per decision.
+        for d in mds:
+            reason = d[_REASON]
+            if d[_PINNED] or reason == "pinned":  # is_pin_decision, inlined
                 pin_k += 1
-                pin_id = d.get("pin_id")
+                pin_id = d[_PIN_ID]
                 if not pin_id:
                     # Rows stored before ingestion named Arcana's pinned blocks (rebuild_projections).
                     if active is None:
@@ -286,19 +296,21 @@ def _map_outcomes(
                     label = next((p.label for p in pins if p.pin_id == pin_id and p.label), "") or pin_id
                     row_meta[key] = (f"[PIN] {label[:18]}", f"pinned block {pin_id} ({label})")
             else:
-                idx = d.get("index")
+                idx = d[_INDEX]
                 if idx is None:
                     continue
                 key = (0, int(idx))
-                row_meta.setdefault(
-                    key, (f"#{idx} {d.get('role') or '?'}", f"message {idx} ({d.get('role')})")
-                )
+                if key not in row_meta:
+                    row_meta[key] = (f"#{idx} {d[_ROLE] or '?'}", f"message {idx} ({d[_ROLE]})")
             # The hover text is built later, once per drawn cell, not once per decision.
-            ck = (d.get("outcome"), d.get("fidelity"), d.get("pinned"), d.get("reason"))
+            ck = (d[_OUTCOME], d[_FIDELITY], d[_PINNED], reason)
             cls = cls_cache.get(ck)
             if cls is None:
-                cls = cls_cache[ck] = outcome_class(d)
-            per_row.setdefault(key, []).append((col, cls, d))
+                cls = cls_cache[ck] = outcome_class(_as_dict(d))
+            cells = per_row.get(key)
+            if cells is None:
+                cells = per_row[key] = []
+            cells.append((col, cls, d))
 
     return columns, per_row, row_meta
 
@@ -333,7 +345,7 @@ def _map_rows(
                 continue
             if run_start:
                 cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
-            run_start, prev_col = (col, cls, _cell_title(title, d)), col
+            run_start, prev_col = (col, cls, _cell_title(title, _as_dict(d))), col
         if run_start:
             cells.append(_cell(run_start, prev_col, x0, cw, y, ch))
 
@@ -360,6 +372,10 @@ def _map_ticks(
             last_tick_col = col
         last_turn = turn_number
     return ticks, separators
+
+
+def _as_dict(row: list[Any]) -> dict[str, Any]:
+    return dict(zip(MESSAGE_DECISION_KEYS, row, strict=True))
 
 
 def _cell_title(row_title: str, d: Mapping[str, Any]) -> str:

@@ -41,6 +41,7 @@ from traces.models.projection import (
     Turn,
     TurnDict,
     content_hash,
+    message_decision_rows,
     pack_message_decisions,
     unpack_message_decisions,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "roles_allowed",
     "run_api_url",
     "run_page_url",
+    "message_decision_rows",
     "unpack_message_decisions",
     "user_can",
     "Conversation",

@@ -180,6 +180,25 @@ def unpack_message_decisions(text: str | None) -> list[MessageDecisionDict]:
     return [dict(zip(cols, row, strict=False)) for row in value.get("rows") or []]  # type: ignore[misc]
 
 
+def message_decision_rows(text: str | None) -> list[list[Any]]:
+    """The stored message decisions as rows of values in `MESSAGE_DECISION_KEYS` order, without a dict
+    per decision (a fidelity map's window reads 20,000 of them). Rows stored under another header,
+    or as a plain list of objects, are put in that order (a key they lack is None)."""
+    if not text:
+        return []
+    value = json.loads(text)
+    keys = MESSAGE_DECISION_KEYS
+    if isinstance(value, list):
+        return [[d.get(k) for k in keys] for d in value]
+    rows = value.get("rows") or []
+    cols = tuple(value.get("cols") or keys)
+    if cols == keys:
+        n = len(keys)
+        if all(len(row) == n for row in rows):
+            return rows
+    return [[d.get(k) for k in keys] for d in (dict(zip(cols, row, strict=False)) for row in rows)]
+
+
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
