@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import operator
 from collections import Counter
@@ -11,7 +10,7 @@ from datetime import datetime
 from functools import reduce
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -25,7 +24,7 @@ from runtime.facts import (
     status_from_last,
 )
 from traces import prepared
-from traces.ingest.bulk import _column_field, _fit_ints, _insert_projections
+from traces.ingest.bulk import _insert_projections, _update_runs
 from traces.ingest.projection import (
     _one_turn_event_per_step,
     _parse_stored,
@@ -65,7 +64,18 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
         return False
     dirty, turn_views = touched
     proj, removed = _replace_turn_rows(project, run, dirty, turn_views)
-    return _update_counters(project, run, new, proj, removed)
+    if _Tally.load(run) is None:
+        # No running tally yet: the counters are aggregates over the turn rows, the new ones included.
+        _insert_projections([(run, proj)])
+        counted = _update_counters(project, run, new, proj, removed)
+        if counted:
+            _update_runs([run])
+        return counted
+    # Counted from the batch and the deleted rows: on PostgreSQL the counters then go in the round trip
+    # that takes the new rows' ids (`_insert_projections`).
+    counted = _update_counters(project, run, new, proj, removed)
+    _insert_projections([(run, proj)], update=[run] if counted else None)
+    return counted
 
 
 def _touched_turns(
@@ -118,8 +128,9 @@ def _touched_turns(
 def _replace_turn_rows(
     project: Project, run: Run, dirty: set[tuple[str, int]], turn_views: list[TurnView]
 ) -> tuple[_Projection, _Removed]:
-    """Project the touched turns and replace their rows (and the touched agents' pins when a pin may
-    have changed). Returns the new rows and what the replaced turn and step rows held."""
+    """Project the touched turns and delete their rows (and the touched agents' pins when a pin may
+    have changed); the caller inserts the new ones. Returns the new rows and what the deleted turn and
+    step rows held."""
     proj, _ = _project_turns(turn_views)
     by_agent: dict[str, list[int]] = {}
     for agent, turn in sorted(dirty):
@@ -135,7 +146,6 @@ def _replace_turn_rows(
         pin_agents = {a for a, _ in dirty}
         proj.pins = _project_pins(project, run, pin_agents, in_dirty, turn_views)
     removed = _delete_turns(run, by_agent, in_dirty, pin_agents)
-    _insert_projections([(run, proj)])
     return proj, removed
 
 
@@ -191,7 +201,6 @@ def _update_counters(
     run.peak_utilization = peak
     run.updated_at = timezone.now()
     run.tally = tally.dump(run.updated_at)
-    _save_run(run)
     return True
 
 
@@ -200,16 +209,18 @@ _SUMS = ("steps", "prompt_tokens", "completion_tokens", "tokens", "tool_calls", 
 
 
 def _peak_after(run: Run, proj: _Projection, removed: _Removed) -> float | None:
-    """The run's peak utilization after the touched turns were replaced: the stored peak and the new
-    rows' peaks, unless a replaced row held the stored peak and no new row reaches it (then it is read
-    from the turn rows: one query, only in that case)."""
+    """The run's peak utilization after the touched turns are replaced: the stored peak and the new
+    rows' peaks, unless a replaced row held the stored peak and no new row reaches it (then the other
+    rows' peak is read: one query, only in that case)."""
     added = [p for t in proj.turns if (p := t["peak_utilization"]) is not None]
     top = max(added) if added else None
     stored = run.peak_utilization
     if stored is None or (top is not None and top >= stored):
         return top if top is not None else stored
     if stored in removed.peaks:
-        return Turn.objects.filter(run=run).aggregate(m=Max("peak_utilization"))["m"]
+        # The rows left after the delete (the new ones are not inserted yet), and the new ones.
+        left = Turn.objects.filter(run=run).aggregate(m=Max("peak_utilization"))["m"]
+        return max((p for p in (left, top) if p is not None), default=None)
     return stored
 
 
@@ -300,30 +311,6 @@ class _Tally:
             "last": [self.last[0].isoformat(), self.last[1], self.last[2]],
             "last_turn": [lt[0].isoformat(), lt[1], lt[2]] if lt is not None else None,
         }
-
-
-#: The run's columns the turn-by-turn path writes.
-_SAVED = (
-    "agents model status started_at ended_at turns steps events prompt_tokens completion_tokens tokens "
-    "tool_calls errors primitives recall_count pin_count unpin_count peak_utilization updated_at tally"
-).split()
-
-
-@functools.cache
-def _save_run_sql(vendor: str) -> tuple[str, tuple[models.Field[Any, Any], ...]]:
-    fields = tuple(_column_field(Run, name) for name in _SAVED)
-    qn = connection.ops.quote_name
-    sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
-    return f"UPDATE {qn(Run._meta.db_table)} SET {sets} WHERE id = %s", fields  # noqa: S608  (names are ours)
-
-
-def _save_run(run: Run) -> None:
-    """Write the run's counters and tally: one UPDATE."""
-    sql, fields = _save_run_sql(connection.vendor)
-    row = {f.attname: getattr(run, f.attname) for f in fields}
-    _fit_ints(Run, [row])
-    with prepared.cursor() as cursor:
-        cursor.execute(sql, [f.get_db_prep_save(row[f.attname], connection) for f in fields] + [run.pk])
 
 
 def _touched_rows(
