@@ -38,10 +38,16 @@ _RUN_FIELDS = (
 ).split()
 
 
-def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Run] | None = None) -> None:
+def _insert_projections(
+    items: list[tuple[Run, _Projection]],
+    *,
+    update: list[Run] | None = None,
+    ids: list[list[int]] | None = None,
+) -> None:
     """Insert the turn, step, decision, primitive and pin rows of each (run, projection), after writing
     the counters of the runs in `update` (`_update_runs`; on PostgreSQL in the same round trip as the
-    new rows' ids when there are any)."""
+    new rows' ids when there are any). `ids`: the turn and step rows' ids, taken already (PostgreSQL,
+    `id_arrays`); the counters then go with a small batch's rows."""
     turns: list[dict[str, Any]] = []
     for run, proj in items:
         for t in proj.turns:
@@ -50,20 +56,28 @@ def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Ru
     n_steps = sum(len(proj.steps) for _, proj in items)
     n_rows = len(turns) + n_steps + sum(len(p.decisions) + len(p.primitives) + len(p.pins) for _, p in items)
     postgres = connection.vendor == "postgresql"
-    if not n_rows or not postgres or not (turns or n_steps):
-        _update_runs(update or [])
-    if not n_rows:
-        return
-    # PostgreSQL: the ids of both tables from their sequences in one round trip, before the writes
-    # (with the runs' counters, `_update_runs`).
-    ids = (
-        _allocate_ids([(Turn, len(turns)), (Step, n_steps)], update=update or [])
-        if postgres and (turns or n_steps)
-        else [[], []]
-    )
     # A small batch (a live stream's) is written with ONE statement (`_insert_small`); a large one
     # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored).
     small = postgres and n_rows <= SMALL_BATCH_ROWS
+    carried: list[Run] = []  # runs whose counters go with the rows (`_insert_small`)
+    if ids is not None:
+        if small and n_rows:
+            carried = update or []
+        else:
+            _update_runs(update or [])
+    else:
+        if not n_rows or not postgres or not (turns or n_steps):
+            _update_runs(update or [])
+        if n_rows:
+            # PostgreSQL: the ids of both tables from their sequences in one round trip, before the
+            # writes (with the runs' counters, `_update_runs`).
+            ids = (
+                _allocate_ids([(Turn, len(turns)), (Step, n_steps)], update=update or [])
+                if postgres and (turns or n_steps)
+                else [[], []]
+            )
+    if not n_rows or ids is None:
+        return
     with _CopyChain() as chain:
 
         def with_ids(
@@ -107,7 +121,8 @@ def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Ru
         if small:
             _insert_small(
                 [(Turn, turns, ids[0]), (Step, steps, ids[1]), (ContextDecision, decisions, None),
-                 (PrimitiveEvent, primitives, None), (Pin, pins, None)]
+                 (PrimitiveEvent, primitives, None), (Pin, pins, None)],
+                update=carried,
             )  # fmt: skip
             return
         for model, rows in ((ContextDecision, decisions), (PrimitiveEvent, primitives), (Pin, pins)):
@@ -124,14 +139,23 @@ def _insert_projections(items: list[tuple[Run, _Projection]], *, update: list[Ru
 SMALL_BATCH_ROWS = 200
 
 
-def _insert_small(tables: list[tuple[type[models.Model], list[dict[str, Any]], list[int] | None]]) -> None:
+def _insert_small(
+    tables: list[tuple[type[models.Model], list[dict[str, Any]], list[int] | None]],
+    *,
+    update: Sequence[Run] = (),
+) -> None:
     """PostgreSQL: insert the rows of several tables with ONE statement: each table's rows go as one
     JSON text parameter, expanded by `json_populate_recordset` (data-modifying CTEs; projection rows
     carry no foreign-key constraint, so a step and its turn may go together). `ids`, when given, are the
     rows' primary keys (from `_allocate_ids`). One JSON text per table costs less CPU than a
-    parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips."""
+    parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips. The
+    counters of the runs in `update` are written by the same statement (`_update_runs`)."""
     parts: list[str] = []
     params: list[str] = []
+    if update:
+        update_sql, param = _update_runs_statement(list(update))
+        parts.append(update_sql)
+        params.append(param)
     qn = connection.ops.quote_name
     for model, rows, ids in tables:
         if not rows:
@@ -227,23 +251,27 @@ def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...
     )
 
 
+def id_arrays(wanted: list[tuple[type[models.Model], int]]) -> tuple[list[str], list[Any]]:
+    """PostgreSQL: SQL expressions (and their parameters) giving `n` new primary keys of each model, as
+    an array each, for the select list of a statement that has other work to do."""
+    cols = ["ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))"] * len(wanted)
+    return cols, [v for model, n in wanted for v in (model._meta.db_table, model._meta.pk.column, n)]
+
+
 def _allocate_ids(
     wanted: list[tuple[type[models.Model], int]], *, update: Sequence[Run] = ()
 ) -> list[list[int]]:
     """PostgreSQL: `n` new primary keys from each model's sequence, all in one query — which also
     writes the counters of the runs in `update` (`_update_runs`, as a data-modifying CTE: one round
     trip instead of two)."""
-    cols = [
-        "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))" for _ in wanted
-    ]
+    cols, id_params = id_arrays(wanted)
     params: list[Any] = []
     sql = "SELECT " + ", ".join(cols)
     if update:
         update_sql, param = _update_runs_statement(list(update))
         sql = f"WITH u AS ({update_sql}) {sql}"
         params.append(param)
-    for model, n in wanted:
-        params += [model._meta.db_table, model._meta.pk.column, n]
+    params += id_params
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()

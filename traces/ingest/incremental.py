@@ -10,7 +10,7 @@ from datetime import datetime
 from functools import reduce
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -24,7 +24,7 @@ from runtime.facts import (
     status_from_last,
 )
 from traces import prepared
-from traces.ingest.bulk import _insert_projections, _update_runs
+from traces.ingest.bulk import _insert_projections, _update_runs, id_arrays
 from traces.ingest.projection import (
     _one_turn_event_per_step,
     _parse_stored,
@@ -63,18 +63,18 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     if touched is None:
         return False
     dirty, turn_views = touched
-    proj, removed = _replace_turn_rows(project, run, dirty, turn_views)
+    proj, removed, ids = _replace_turn_rows(project, run, dirty, turn_views)
     if _Tally.load(run) is None:
         # No running tally yet: the counters are aggregates over the turn rows, the new ones included.
-        _insert_projections([(run, proj)])
+        _insert_projections([(run, proj)], ids=ids)
         counted = _update_counters(project, run, new, proj, removed)
         if counted:
             _update_runs([run])
         return counted
-    # Counted from the batch and the deleted rows: on PostgreSQL the counters then go in the round trip
-    # that takes the new rows' ids (`_insert_projections`).
+    # Counted from the batch and the deleted rows: on PostgreSQL the counters then go with the new rows
+    # (`_insert_projections`), whose ids came with the delete.
     counted = _update_counters(project, run, new, proj, removed)
-    _insert_projections([(run, proj)], update=[run] if counted else None)
+    _insert_projections([(run, proj)], update=[run] if counted else None, ids=ids)
     return counted
 
 
@@ -127,10 +127,10 @@ def _touched_turns(
 
 def _replace_turn_rows(
     project: Project, run: Run, dirty: set[tuple[str, int]], turn_views: list[TurnView]
-) -> tuple[_Projection, _Removed]:
+) -> tuple[_Projection, _Removed, list[list[int]] | None]:
     """Project the touched turns and delete their rows (and the touched agents' pins when a pin may
-    have changed); the caller inserts the new ones. Returns the new rows and what the deleted turn and
-    step rows held."""
+    have changed); the caller inserts the new ones. Returns the new rows, what the deleted turn and
+    step rows held, and (PostgreSQL) the ids of the new turn and step rows, taken by the delete."""
     proj, _ = _project_turns(turn_views)
     by_agent: dict[str, list[int]] = {}
     for agent, turn in sorted(dirty):
@@ -145,8 +145,10 @@ def _replace_turn_rows(
     ):
         pin_agents = {a for a, _ in dirty}
         proj.pins = _project_pins(project, run, pin_agents, in_dirty, turn_views)
-    removed = _delete_turns(run, by_agent, in_dirty, pin_agents)
-    return proj, removed
+    removed, ids = _delete_turns(
+        run, by_agent, in_dirty, pin_agents, [(Turn, len(proj.turns)), (Step, len(proj.steps))]
+    )
+    return proj, removed, ids
 
 
 def _update_counters(
@@ -385,12 +387,19 @@ def _ranges(numbers: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_agents: set[str]) -> _Removed:
+def _delete_turns(
+    run: Run,
+    by_agent: dict[str, list[int]],
+    in_dirty: Q,
+    pin_agents: set[str],
+    new_ids: list[tuple[type[models.Model], int]],
+) -> tuple[_Removed, list[list[int]] | None]:
     """Delete the projection rows of the touched turns (`by_agent`: agent → turn numbers) and the pins of
-    `pin_agents`; returns what the deleted turn and step rows held. PostgreSQL: one statement
-    (data-modifying CTEs, the deleted values RETURNING; projection rows carry no foreign-key
-    constraint, so children and parents may go together). Elsewhere: a read of those values, then a
-    DELETE per table."""
+    `pin_agents`; returns what the deleted turn and step rows held, and the ids `new_ids` asks for
+    (model, how many). PostgreSQL: one statement (data-modifying CTEs, the deleted values RETURNING;
+    projection rows carry no foreign-key constraint, so children and parents may go together; the
+    new ids from the sequences in its select list). Elsewhere: a read of those values, then a DELETE
+    per table, and no ids (the inserts take them)."""
     removed = _Removed()
     if connection.vendor == "postgresql":
         qn = connection.ops.quote_name
@@ -412,18 +421,21 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
                 f"DELETE FROM {qn(Pin._meta.db_table)} WHERE run_id = %s AND agent = ANY(%s::text[])"
             )
             params += [run.pk, sorted(pin_agents)]
+        arrays, array_params = id_arrays(new_ids)
         sql = (
             "WITH " + ", ".join(f"d{i} AS ({p})" for i, p in enumerate(parts))
             + " SELECT (SELECT json_agg(model) FROM d2 WHERE model <> ''),"
-            + f" (SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3)"
+            + f" (SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3), "
+            + ", ".join(arrays)
         )  # fmt: skip
         with prepared.cursor() as cursor:
-            cursor.execute(sql, params)
-            models, values = (json.loads(v) if isinstance(v, str) else v for v in cursor.fetchone())
-        removed.models.update(models or [])
+            cursor.execute(sql, params + array_params)
+            step_models, values, *ids = cursor.fetchone()
+        step_models, values = (json.loads(v) if isinstance(v, str) else v for v in (step_models, values))
+        removed.models.update(step_models or [])
         for row in values or []:
             removed.add_turn(dict(zip(_TURN_VALUES, row, strict=True)))
-        return removed
+        return removed, [list(i) for i in ids]
     dirty_turns = Turn.objects.filter(run=run).filter(
         reduce(operator.or_, (Q(agent=a, number__in=ts) for a, ts in by_agent.items()))
     )
@@ -439,7 +451,7 @@ def _delete_turns(run: Run, by_agent: dict[str, list[int]], in_dirty: Q, pin_age
     if pin_agents:
         dirty_pins = Pin.objects.filter(run=run, agent__in=pin_agents)
         dirty_pins._raw_delete(dirty_pins.db)
-    return removed
+    return removed, None
 
 
 #: The values of a turn row the run's running totals need.
