@@ -18,7 +18,7 @@ from runtime import TraceEvent
 from runtime.facts import status_from_last
 from tests.traces.helpers import our_run, projection_snapshot
 from traces.ingest import do_rebuild_projections, ingest_events
-from traces.ingest.incremental import _Tally
+from traces.ingest.incremental import _run_summary, _Tally
 from traces.ingest.projection import _sort_key
 from traces.models import Event, Project, Run, Step
 
@@ -101,17 +101,27 @@ def test_a_stream_in_order_keeps_its_totals_by_addition(project: Project, turn_b
 
 
 @pytest.mark.django_db
-def test_a_tally_outdated_by_a_whole_run_projection_is_recounted(project: Project) -> None:
+def test_a_whole_run_projection_leaves_the_tally_a_recount_gives(project: Project) -> None:
     """A batch the turn-by-turn path hands over (the run projected whole) between two that it takes:
-    the later batches start from a recount, not from the outdated tally."""
+    the whole-run projection writes a new tally, equal to a recount of the run's rows, and the later
+    batches count from it."""
     half = len(EVENTS) // 2
     stream(project, EVENTS[:half], [5])
     run = Run.objects.get(project=project)
-    assert _Tally.load(run) is not None
+    before = _Tally.load(run)
+    assert before is not None
     Run.objects.filter(pk=run.pk).update(incremental=False)  # the next batch goes whole-run
     ingest_events(project, EVENTS[half : half + 3], source="api")
     run = Run.objects.get(project=project)
-    assert _Tally.load(run) is None and run.incremental
+    after = _Tally.load(run)
+    assert after is not None and after != before and run.incremental
+    stored = [
+        TraceEvent.from_dict(json.loads(raw))
+        for raw in Event.objects.filter(run_id=run.run_id).values_list("raw", flat=True)
+    ]
+    first = min(stored, key=_sort_key)
+    first_turn = min((ev for ev in stored if ev.event_type == "turn"), key=_sort_key)
+    assert after == _Tally.of(_run_summary(project, run, first, first_turn))
     stream(project, EVENTS[half + 3 :], [5])
     whole = Project.objects.create(team=project.team, slug="whole")
     ingest_events(whole, EVENTS, source="api")

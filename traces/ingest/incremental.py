@@ -243,6 +243,22 @@ class _Removed:
             self.peaks.add(values["peak_utilization"])
 
 
+def whole_run_tally(events: list[TraceEvent], proj: _Projection, at: datetime) -> dict[str, Any] | None:
+    """`Run.tally` of a run projected whole from all its `events` (valid while its `updated_at` is
+    `at`): the run's next live batch then counts from it, instead of aggregating the run's rows first
+    (a run of mix (a) spans two batches: its second one did)."""
+    if not events:
+        return None
+    last = max(events, key=_sort_key)
+    turns = [ev for ev in events if ev.event_type == "turn"]
+    lt = max(turns, key=_sort_key) if turns else None
+    return _Tally(
+        Counter(m for _, step in proj.steps if (m := step["model"])),
+        (last.timestamp_dt, last.step_id, bool(last.stop_reason)),
+        (lt.timestamp_dt, lt.step_id, _answer(lt)) if lt is not None else None,
+    ).dump(at)
+
+
 def _answer(turn_event: TraceEvent) -> str:
     """What a `turn` event's answer says of the run's status (`status_from_last` without the last
     event's stop reason): "failed", "completed" or "running"."""

@@ -26,7 +26,7 @@ from traces.ingest.bulk import (
     _json_rows,
     insert_new_events,
 )
-from traces.ingest.incremental import do_project_turns
+from traces.ingest.incremental import do_project_turns, whole_run_tally
 from traces.ingest.projection import _Projection, local_turn, project_run
 from traces.ingest.validation import (
     CheckedEvent,
@@ -303,9 +303,10 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
             elif not do_project_turns(project, run, fresh[run.run_id]):
                 reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
         events_of = _load_events(project, reload)
+        events_of.update((run.pk, fresh[run.run_id]) for run in full)  # a new run's: all in the batch
         if full or reload:
             do_write_projections(
-                full + reload, events_of, replace=[run.pk for run in reload], projected=projected
+                full + reload, events_of, replace=[run.pk for run in reload], projected=projected, tally=True
             )
     return statuses
 
@@ -423,13 +424,15 @@ def do_write_projections(
     *,
     replace: list[int],
     projected: Sequence[_Projection] = (),
+    tally: bool = False,
 ) -> None:
     """Replace the projection rows of `runs` with ones computed from `events_of[run.pk]`.
 
     Must run inside a transaction holding the runs' row locks. `replace` names the runs that may have
     projection rows already (they are deleted first); the others are known to have none. `projected`,
     when given, holds the projections of the first runs (`project_run` of their events), computed
-    already."""
+    already. `tally`: `events_of` holds every stored event of each run, so the runs' `tally` is written
+    (`whole_run_tally`) for their next live batches."""
     if replace:
         _delete_projections(replace)
     projections = [*projected, *(project_run(events_of[run.pk]) for run in runs[len(projected) :])]
@@ -438,4 +441,6 @@ def do_write_projections(
         for key, value in proj.run_fields.items():
             setattr(run, key, value)
         run.updated_at = now
+        if tally:
+            run.tally = whole_run_tally(events_of[run.pk], proj, now)
     _insert_projections(list(zip(runs, projections, strict=True)), update=runs)
