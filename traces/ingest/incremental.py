@@ -252,11 +252,17 @@ def whole_run_tally(events: list[TraceEvent], proj: _Projection, at: datetime) -
     last = max(events, key=_sort_key)
     turns = [ev for ev in events if ev.event_type == "turn"]
     lt = max(turns, key=_sort_key) if turns else None
-    return _Tally(
-        Counter(m for _, step in proj.steps if (m := step["model"])),
-        (last.timestamp_dt, last.step_id, bool(last.stop_reason)),
-        (lt.timestamp_dt, lt.step_id, _answer(lt)) if lt is not None else None,
-    ).dump(at)
+    return _Tally.starting(Counter(m for _, step in proj.steps if (m := step["model"])), last, lt).dump(at)
+
+
+def _last_entry(ev: TraceEvent) -> tuple[datetime, str, bool]:
+    """`_Tally.last` for the run's last event: its sort key and whether it carries a stop reason."""
+    return (ev.timestamp_dt, ev.step_id, bool(ev.stop_reason))
+
+
+def _turn_entry(ev: TraceEvent) -> tuple[datetime, str, str]:
+    """`_Tally.last_turn` for the run's last `turn` event: its sort key and its answer."""
+    return (ev.timestamp_dt, ev.step_id, _answer(ev))
 
 
 def _answer(turn_event: TraceEvent) -> str:
@@ -290,12 +296,12 @@ class _Tally:
 
     @classmethod
     def of(cls, summary: _RunSummary) -> _Tally:
-        last, lt = summary.last, summary.last_turn
-        return cls(
-            Counter(summary.models),
-            (last.timestamp_dt, last.step_id, bool(last.stop_reason)),
-            (lt.timestamp_dt, lt.step_id, _answer(lt)) if lt is not None else None,
-        )
+        return cls.starting(Counter(summary.models), summary.last, summary.last_turn)
+
+    @classmethod
+    def starting(cls, models: Counter[str], last: TraceEvent, last_turn: TraceEvent | None) -> _Tally:
+        """The tally of a run whose steps per model, last event and last `turn` event are these."""
+        return cls(models, _last_entry(last), _turn_entry(last_turn) if last_turn is not None else None)
 
     def add(self, new: list[TraceEvent], proj: _Projection, removed: _Removed) -> None:
         """Take the batch in: its steps' models (less the replaced steps'), its last events."""
@@ -304,12 +310,12 @@ class _Tally:
         self.models = +self.models  # drop models no step uses any more
         last = max(new, key=_sort_key)
         if _sort_key(last) > self.last[:2]:
-            self.last = (last.timestamp_dt, last.step_id, bool(last.stop_reason))
+            self.last = _last_entry(last)
         turns = [ev for ev in new if ev.event_type == "turn"]
         if turns:
             lt = max(turns, key=_sort_key)
             if self.last_turn is None or _sort_key(lt) > self.last_turn[:2]:
-                self.last_turn = (lt.timestamp_dt, lt.step_id, _answer(lt))
+                self.last_turn = _turn_entry(lt)
 
     def status(self) -> str:
         """`status_from_last` of the run's last event and last `turn` event."""
