@@ -105,14 +105,43 @@ def test_a_live_batch_reads_no_more_than_it_touches(project: Project, turn_by_tu
     assert any("step_id =" in sql.replace("parent_step_id =", "") for sql in reads)
     deletes = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("WITH d0 AS (DELETE")]
     assert len(deletes) == 1  # the touched turns' projection rows
+    for sql in reads + deletes:
+        plan = _explain(sql)
+        assert _filtered(plan) <= 2 * size, (sql[:300], plan)
+
+
+def _explain(sql: str) -> dict[str, Any]:
+    """`EXPLAIN ANALYZE` of `sql` in a savepoint that is then rolled back (a delete is run for its plan)."""
+    with connection.cursor() as cursor, transaction.atomic():
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
+        (plan,) = cursor.fetchone()
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    return plan[0]["Plan"]
+
+
+@postgresql_only
+@pytest.mark.django_db
+def test_a_large_batch_to_a_stored_run_reads_no_more_than_it_holds(project: Project) -> None:
+    """A batch too large for the live path's insert (it asks which of its events are stored first) to a
+    run with events, in a project whose events are newer than the statistics: every read of the batch
+    finds its rows by key or range, not by filtering the project's or the run's events."""
+    for n in range(3):  # the project's other runs: its events are most of the table
+        other = _stream(f"earlier-run-{n}", 100)
+        assert ingest.ingest_events(project, other, source="api").accepted == len(other)
     with connection.cursor() as cursor:
-        for sql in reads + deletes:
-            with transaction.atomic():  # a savepoint: the delete is run for its plan, then undone
-                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
-                (plan,) = cursor.fetchone()
-                transaction.set_rollback(True)
-            plan = json.loads(plan) if isinstance(plan, str) else plan
-            assert _filtered(plan[0]["Plan"]) <= 2 * size, (sql[:300], plan)
+        cursor.execute("ANALYZE traces_event")  # statistics from before the project's live run
+    events = _stream("big-batches", 90)  # 272 events
+    first, second = events[:200], events[200:]  # 72 events, the first of them in a turn begun before
+    assert len(second) > ingest.bulk.SMALL_BATCH_ROWS // 4  # not the live path's insert
+    assert ingest.ingest_events(project, first, source="api").accepted == len(first)
+    with CaptureQueriesContext(connection) as ctx:
+        result = ingest.ingest_events(project, events[190:], source="api")  # ten re-sent
+    assert (result.accepted, result.duplicates) == (len(second), 10)
+    reads = [q["sql"] for q in ctx.captured_queries if q["sql"].lstrip("( ").upper().startswith("SELECT")]
+    assert any("unnest(" in sql for sql in reads)  # the duplicate check ran
+    for sql in reads:
+        assert _filtered(_explain(sql)) <= len(events) - 190, sql[:300]
 
 
 def _live_events() -> list[dict[str, Any]]:
