@@ -16,7 +16,7 @@ What it does:
    its new events in `GET /api/v1/projects/<id>/runs/<run_id>`; p50/p95.
 5. The floor: every row the ingest wrote for the mix (raw events and projections) read back, then
    written with PostgreSQL COPY from this one process into empty copies of the tables (same indexes
-   and constraints); ratio = ingest time / COPY time.
+   and constraints), three times; ratio = ingest time / the median COPY time.
 6. `--stream N`: one run of N events posted in order in batches of 20 (a live sink); events/s for
    each successive 1,000 events (flat: a batch costs what its own events cost, not the run's length).
 7. `--storage-compare`: the message-decision storage choice in traces/models/projection.py (rows, jsonb objects,
@@ -309,8 +309,10 @@ def stream(base: str, key: str, rng: random.Random, n_events: int, size: int) ->
     return rates
 
 
-def copy_floor(url: str, project_id: int) -> tuple[float, dict[str, int]]:
-    """COPY every row ingest wrote for this project into empty look-alike tables; returns seconds."""
+def copy_floor(url: str, project_id: int, repeats: int = 3) -> tuple[float, dict[str, int], str]:
+    """COPY every row ingest wrote for this project into empty look-alike tables, `repeats` times (fresh
+    tables each time); returns the median seconds (one COPY's time moved by ±25% with this machine's
+    load, and the ratio with it), the row counts, and every time for the printout."""
     where = {
         "traces_event": f"project_id = {project_id}",
         "traces_run": f"project_id = {project_id}",
@@ -327,19 +329,21 @@ def copy_floor(url: str, project_id: int) -> tuple[float, dict[str, int]]:
                     buf.write(chunk)
             dumps[table] = buf.getvalue()
             counts[table] = conn.execute(f"SELECT count(*) FROM {table} WHERE {cond}").fetchone()[0]  # type: ignore[index]
-        conn.execute("DROP SCHEMA IF EXISTS floor CASCADE")
-        conn.execute("CREATE SCHEMA floor")
-        for table in TABLES:
-            # Same columns, indexes and unique constraints; no foreign keys (COPY's best case).
-            conn.execute(f"CREATE TABLE floor.{table} (LIKE public.{table} INCLUDING ALL)")
-        t0 = time.perf_counter()
-        with conn.transaction():
+        times: list[float] = []
+        for _ in range(repeats):
+            conn.execute("DROP SCHEMA IF EXISTS floor CASCADE")
+            conn.execute("CREATE SCHEMA floor")
             for table in TABLES:
-                with conn.cursor().copy(f"COPY floor.{table} FROM STDIN") as cp:
-                    cp.write(dumps[table])
-        elapsed = time.perf_counter() - t0
-        conn.execute("DROP SCHEMA floor CASCADE")
-    return elapsed, counts
+                # Same columns, indexes and unique constraints; no foreign keys (COPY's best case).
+                conn.execute(f"CREATE TABLE floor.{table} (LIKE public.{table} INCLUDING ALL)")
+            t0 = time.perf_counter()
+            with conn.transaction():
+                for table in TABLES:
+                    with conn.cursor().copy(f"COPY floor.{table} FROM STDIN") as cp:
+                        cp.write(dumps[table])
+            times.append(time.perf_counter() - t0)
+            conn.execute("DROP SCHEMA floor CASCADE")
+    return statistics.median(times), counts, "median of " + " / ".join(f"{t:.2f}" for t in times)
 
 
 def storage_compare(url: str, project_id: int) -> None:
@@ -479,12 +483,12 @@ def main() -> None:
             events.extend(small_run(rng, 100))
         batches = batches_of(events, 500)
         secs = post_all(base, ids["key-a"], batches, args.clients)  # type: ignore[arg-type]
-        floor, counts = copy_floor(url, ids["a"])
+        floor, counts, spread = copy_floor(url, ids["a"])
         rows = sum(counts.values())
         print(
             f"\n(a) small events: {len(events):,} events in {secs:.2f} s = {len(events) / secs:,.0f} events/s"
         )
-        print(f"    floor: COPY of the same {rows:,} rows ({counts['traces_event']:,} events + projections) {floor:.2f} s "
+        print(f"    floor: COPY of the same {rows:,} rows ({counts['traces_event']:,} events + projections) {floor:.2f} s ({spread}) "
               f"= {len(events) / floor:,.0f} events/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
         # Mix (b): conversations of 20 steps; batches of 500 events.
         conv: list[dict[str, Any]] = []
@@ -496,12 +500,12 @@ def main() -> None:
         batches = batches_of(conv, 500)
         mb = sum(len(json.dumps(b)) for b in batches) / 1e6
         secs = post_all(base, ids["key-b"], batches, args.clients)  # type: ignore[arg-type]
-        floor, counts = copy_floor(url, ids["b"])
+        floor, counts, spread = copy_floor(url, ids["b"])
         print(
             f"\n(b) conversations: {len(conv):,} events, {decisions:,} message decisions, {mb:.0f} MB JSON, in {secs:.2f} s"
         )
         print(f"    = {len(conv) / secs:,.0f} events/s, {decisions / secs:,.0f} message decisions/s")
-        print(f"    floor: COPY of the same {sum(counts.values()):,} rows {floor:.2f} s = {decisions / floor:,.0f} "
+        print(f"    floor: COPY of the same {sum(counts.values()):,} rows {floor:.2f} s ({spread}) = {decisions / floor:,.0f} "
               f"message decisions/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
         print_latency(latency(base, ids["key-latency"], ids["latency"], rng, args.latency_batches))  # type: ignore[arg-type]
         if args.stream:
