@@ -241,10 +241,22 @@ def _map_window(run: Run, agent: str, start: int | None, window: int) -> tuple[i
         start = max(0, total - window)
     start = max(0, min(start, max(0, total - window)))
     # Pick the window's ids first: sorting the full rows would drag every step's decision array
-    # (tens of KB each) through the sorter; then read the arrays of the window only.
-    ids = list(
-        decisions.order_by("turn_number", "step_number").values_list("id", flat=True)[start : start + window]
-    )
+    # (tens of KB each) through the sorter; then read the arrays of the window only. A window in the
+    # run's second half is counted from its end (the index read backwards), so the last window, the
+    # page's default, reads its own steps only, however long the run.
+    after = max(0, total - start - window)
+    if after < start:
+        ids = list(
+            decisions.order_by("-turn_number", "-step_number").values_list("id", flat=True)[
+                after : after + min(window, total - start)
+            ]
+        )[::-1]
+    else:
+        ids = list(
+            decisions.order_by("turn_number", "step_number").values_list("id", flat=True)[
+                start : start + window
+            ]
+        )
     rows_qs = (
         ContextDecision.objects.filter(id__in=ids)
         .order_by("turn_number", "step_number")

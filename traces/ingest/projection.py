@@ -40,6 +40,7 @@ from traces.models import (
     MESSAGE_DECISION_KEYS,
     Run,
     pack_message_decisions,
+    report_estimated,
 )
 
 
@@ -275,6 +276,7 @@ def _decision_row(sv: StepView, pins: list[PinLifetime]) -> dict[str, Any] | Non
         "explanation": explanation,
         "utilization": _num(_dict(report).get("utilization")),
         "report": report if isinstance(report, dict) else None,
+        "counts_estimated": report_estimated(report),
         "message_table": pack_message_decisions(rows),
     }
 

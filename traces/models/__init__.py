@@ -43,6 +43,7 @@ from traces.models.projection import (
     content_hash,
     message_decision_rows,
     pack_message_decisions,
+    report_estimated,
     unpack_message_decisions,
 )
 from traces.models.runs import (
@@ -108,6 +109,7 @@ __all__ = [
     "membership_of",
     "pack_message_decisions",
     "projects_for_user",
+    "report_estimated",
     "roles_allowed",
     "run_api_url",
     "run_page_url",

@@ -207,6 +207,13 @@ _PACK_HEAD = '{"cols":' + _dumps(list(MESSAGE_DECISION_KEYS)) + ',"rows":'
 EMPTY_MESSAGE_TABLE = pack_message_decisions([])
 
 
+def report_estimated(report: Any) -> bool:
+    """True when a context report says its token counts are calibrated estimates
+    (`token_counts.estimated`)."""
+    counts = report.get("token_counts") if isinstance(report, dict) else None
+    return isinstance(counts, dict) and counts.get("estimated") is True
+
+
 class ContextDecision(models.Model):
     """What the working-set builder did before one step; one per step.
 
@@ -260,11 +267,23 @@ class ContextDecision(models.Model):
     explanation = models.TextField(blank=True)
     utilization = models.FloatField(null=True, blank=True)
     report = models.JSONField(null=True, blank=True)  # metadata.context_report as written
+    #: `report_estimated(report)`, kept as a column so that `Run.tokens_estimated` is an index probe.
+    counts_estimated = models.BooleanField(default=False)
     message_table = models.TextField(default=EMPTY_MESSAGE_TABLE)  # packed, see the docstring
 
     class Meta:
         ordering = ["agent", "turn_number", "step_number"]
-        indexes = [models.Index(fields=["run", "agent", "turn_number"], name="decision_run_turn_idx")]
+        indexes = [
+            # With the step: the fidelity map reads an agent's last window in this order, backwards,
+            # through this index alone (a long run's page does not sort or skip its other steps).
+            models.Index(fields=["run", "agent", "turn_number", "step_number"], name="decision_run_turn_idx"),
+            # Only the steps whose token counts are estimates: `Run.tokens_estimated` (asked by a run
+            # page's every first view and a live run's every poll) is one probe of it, not a scan of the
+            # run's reports.
+            models.Index(
+                fields=["run"], condition=models.Q(counts_estimated=True), name="decision_estimated_idx"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"decision {self.agent or '-'} {self.turn_number}.{self.step_number}"
@@ -285,8 +304,7 @@ class ContextDecision(models.Model):
     def estimated(self) -> bool:
         """True when the token counts are calibrated estimates (a model whose tokenizer tiktoken does
         not have; `context_report.token_counts` says so): pages show them with "≈"."""
-        counts = (self.report or {}).get("token_counts") if isinstance(self.report, dict) else None
-        return isinstance(counts, dict) and counts.get("estimated") is True
+        return report_estimated(self.report)
 
     @property
     def fidelity_distribution(self) -> dict[str, int]:

@@ -129,10 +129,11 @@ class Run(models.Model):
     @property
     def tokens_estimated(self) -> bool:
         """True when some of the run's token counts are calibrated estimates (see
-        `ContextDecision.estimated`): pages show "≈" before them. One query, cached per instance."""
+        `ContextDecision.estimated`): pages show "≈" before them. One query (a probe of a partial index,
+        whatever the run's length), cached per instance."""
         cached = self.__dict__.get("_tokens_estimated")
         if cached is None:
-            cached = self.decisions.filter(report__token_counts__estimated=True).exists()
+            cached = self.decisions.filter(counts_estimated=True).exists()
             self.__dict__["_tokens_estimated"] = cached
         return cached
 
