@@ -4,9 +4,20 @@ from django.db import migrations, models
 
 
 def mark_estimated_counts(apps, schema_editor):
-    """`counts_estimated` of the rows projected before it existed (what the projection now writes)."""
+    """`counts_estimated` of the rows projected before it existed: what the projection now writes
+    (`traces.models.report_estimated`, kept here as it is today: `token_counts.estimated` is the JSON
+    `true`). The lookup narrows the rows down; on SQLite it also matches the string "true", so each
+    candidate is checked in Python."""
     ContextDecision = apps.get_model("traces", "ContextDecision")
-    ContextDecision.objects.filter(report__token_counts__estimated=True).update(counts_estimated=True)
+    marked = []
+    for pk, report in (
+        ContextDecision.objects.filter(report__token_counts__estimated=True).values_list("pk", "report").iterator()
+    ):
+        counts = report.get("token_counts") if isinstance(report, dict) else None
+        if isinstance(counts, dict) and counts.get("estimated") is True:
+            marked.append(pk)
+    for start in range(0, len(marked), 1000):
+        ContextDecision.objects.filter(pk__in=marked[start : start + 1000]).update(counts_estimated=True)
 
 
 class Migration(migrations.Migration):
