@@ -279,17 +279,20 @@ class IngestView(ChunkedBodyMixin, BaseView):
         except ValueError as exc:
             return error_response(400, str(exc))
         # The body's decoding too runs with the cyclic collector paused (`collector_paused`): its
-        # objects are the batch's.
+        # objects are the batch's. They are freed when `_ingest_body` returns, before the collector
+        # resumes, so its first collection does not walk the batch's thousands of objects.
         with ingest.collector_paused():
-            try:
-                payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
-            except ValueError as exc:  # not JSON, not UTF-8, nested too deep
-                return error_response(400, f"body is not valid JSON: {exc}")
-            if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
-                return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
-            result = ingest.ingest_events(key.project, payload["events"], source="api", raw_texts=raw_texts)
-        code = 207 if result.rejected else 200
-        return Response(result.to_dict(), status=code)
+            return self._ingest_body(key.project, body)
+
+    def _ingest_body(self, project: Project, body: bytes) -> Response:
+        try:
+            payload, raw_texts = ingest.parse_batch(body)  # keeps each event's exact JSON text
+        except ValueError as exc:  # not JSON, not UTF-8, nested too deep
+            return error_response(400, f"body is not valid JSON: {exc}")
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            return error_response(400, 'body must be a JSON object {"events": [ ... ]}')
+        result = ingest.ingest_events(project, payload["events"], source="api", raw_texts=raw_texts)
+        return Response(result.to_dict(), status=207 if result.rejected else 200)
 
 
 # --------------------------------------------------------------------------------------------------

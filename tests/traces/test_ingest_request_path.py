@@ -112,3 +112,41 @@ def test_the_body_is_decoded_with_the_collector_paused_and_left_on(
     r = c.post("/api/v1/ingest", b"{not json", content_type="application/json")
     assert r.status_code == 400
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_the_batch_is_freed_before_the_collector_resumes(
+    key_client: tuple[ApiKey, Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collector's first pass after a batch would otherwise walk the batch's thousands of
+    objects, all about to be freed by reference counting anyway."""
+    import contextlib
+    import weakref
+
+    from traces import ingest
+
+    class Events(list):  # a list that a weak reference can watch
+        pass
+
+    refs: list[weakref.ref[Events]] = []
+    parse, paused = ingest.parse_batch, ingest.collector_paused
+
+    def watched(body: bytes) -> Any:
+        payload, raw_texts = parse(body)
+        payload["events"] = Events(payload["events"])
+        refs.append(weakref.ref(payload["events"]))
+        return payload, raw_texts
+
+    alive_when_resumed: list[bool] = []
+
+    @contextlib.contextmanager
+    def watching() -> Any:
+        with paused():
+            yield
+            alive_when_resumed.append(refs[-1]() is not None)
+
+    monkeypatch.setattr(ingest, "parse_batch", watched)
+    monkeypatch.setattr(ingest, "collector_paused", watching)
+    _, c = key_client
+    r = _post(c, "r1")
+    assert r.status_code == 200 and r.json()["accepted"] == 1
+    assert alive_when_resumed == [False]
