@@ -207,3 +207,35 @@ def test_it_projects_tool_results_the_same_way_in_any_order(
         ("lookup_price", False, "tool_call", "price service unavailable"),
     ]
     assert turn_by_turn and any(turn_by_turn)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("cut", [0.3, 0.5, 0.7])
+def test_a_continued_run_reads_back_none_of_the_batchs_own_events(
+    project: Project, monkeypatch: pytest.MonkeyPatch, turn_by_turn: list[bool], cut: float
+) -> None:
+    """The stored events a batch's touched turns need are read before the batch's own are written:
+    read after, the batch's events came back too (by turn and again by parent, raw text included),
+    only to be skipped."""
+    from traces.ingest import incremental
+
+    read: list[str] = []
+    real = incremental._touched_rows
+
+    def recording(*args: Any) -> Any:
+        rows = real(*args)
+        read.extend(row[0] for row in rows)
+        return rows
+
+    monkeypatch.setattr(incremental, "_touched_rows", recording)
+    events = our_run("continued", turns=4)
+    first, second = events[: int(len(events) * cut)], events[int(len(events) * cut) :]
+    assert ingest_events(project, first, source="api").accepted == len(first)
+    read.clear()
+    assert ingest_events(project, second, source="api").accepted == len(second)
+    assert turn_by_turn[-1] is True  # the turn-by-turn path
+    assert read, "the turn begun in the first batch: its stored events are read"
+    assert not set(read) & {e["step_id"] for e in second}
+    one = Project.objects.create(team=project.team, slug="one-batch")
+    ingest_events(one, events, source="api")
+    assert projection_snapshot(project) == projection_snapshot(one)

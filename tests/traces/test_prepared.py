@@ -56,3 +56,26 @@ def test_without_prepared_statements_nothing_is_prepared_and_the_rows_are_the_sa
     _stream(other, "with-prepared")
     assert _prepared() == {}
     assert projection_snapshot(other) == projection_snapshot(project)
+
+
+def test_the_touched_turns_read_is_one_statement_planned_once_whatever_the_batch(project: Project) -> None:
+    """Batches of 1 to 7 events (one turn or several, steps split or not, new turn events or none): the
+    read of the touched turns' stored events is one prepared statement, and PostgreSQL keeps its
+    generic plan after its first five executions instead of planning each batch again."""
+    connection.close()
+    events = our_run("varied-batches", turns=8)
+    i, size, batches = 0, 1, 0
+    while i < len(events):
+        batch = events[i : i + size]
+        assert ingest.ingest_events(project, batch, source="api").accepted == len(batch)
+        i, size, batches = i + size, size % 7 + 1, batches + 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'SELECT %%parent_step_id%%' AND statement LIKE '%%traces_event%%'"
+        )
+        reads = cursor.fetchall()
+    assert len(reads) == 1, reads
+    generic, custom = reads[0]
+    # Every batch but the first (a new run, projected whole) and the odd one the whole-run path takes.
+    assert custom == 5 and generic + custom >= batches - 3, (generic, custom, batches)

@@ -48,7 +48,9 @@ from traces.models import (
 )
 
 
-def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
+def do_project_turns(
+    project: Project, run: Run, new: list[TraceEvent], *, stored: list[_Row] | None = None
+) -> bool:
     """Re-project only the turns of `run` that `new` events touch (they are stored already).
 
     For a run with `run.incremental` and a batch of our events with turns (`_batch_is_local`): a turn
@@ -58,8 +60,11 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     are updated from the batch and a few aggregate queries. Gives exactly the rows `project_run` gives
     (tests/traces/test_ingest_incremental.py). Returns False, having changed nothing that the whole-run
     projection will not replace, when the run leaves the cases this covers; the caller then projects
-    it whole. Must run inside the transaction holding the run's lock."""
-    touched = _touched_turns(project, run, new)
+    it whole. Must run inside the transaction holding the run's lock.
+
+    `stored`: the rows `rows_before_batch` read for a batch that holds `new`, before its rows were
+    written; without it, they are read here."""
+    touched = _touched_turns(project, run, new, stored)
     if touched is None:
         return False
     dirty, turn_views = touched
@@ -78,11 +83,29 @@ def do_project_turns(project: Project, run: Run, new: list[TraceEvent]) -> bool:
     return counted
 
 
+#: A stored event as `_touched_rows` reads it: (step_id, parent_step_id, agent, turn, raw).
+_Row = tuple[str, str | None, str, int | None, str]
+
+
+def rows_before_batch(project: Project, run: Run, batch: list[TraceEvent]) -> list[_Row]:
+    """The stored rows `do_project_turns` reads for any part of `batch` (the run's events of a batch),
+    read before the batch's rows are written.
+
+    Why before: read after, they also hold the batch's own rows, twice over (once by turn, once by
+    parent), raw text included, only to be skipped. A batch's events that turn out to be duplicates
+    only widen the read: `_touched_turns` keeps the rows of the turns the new events touch."""
+    turns = sorted({t for ev in batch if (t := local_turn(ev)) is not None})
+    return _touched_rows(
+        project, run.run_id, turns, sorted({ev.step_id for ev in batch if ev.event_type == "turn"})
+    )
+
+
 def _touched_turns(
-    project: Project, run: Run, new: list[TraceEvent]
+    project: Project, run: Run, new: list[TraceEvent], stored: list[_Row] | None = None
 ) -> tuple[set[tuple[str, int]], list[TurnView]] | None:
     """The (agent, turn) pairs the batch touches and their turn views, rebuilt from the batch and the
-    stored events they need; None when the run leaves the cases `do_project_turns` covers."""
+    stored events they need; None when the run leaves the cases `do_project_turns` covers. `stored`:
+    see `do_project_turns`."""
     rid = run.run_id
     dirty: set[tuple[str, int]] = {(ev.source_agent or "", local_turn(ev)) for ev in new}  # type: ignore[misc]
     new_turn_ids = {ev.step_id for ev in new if ev.event_type == "turn"}
@@ -90,7 +113,8 @@ def _touched_turns(
     # query reads the batch's turns and the stored events naming a new turn event as parent (their
     # turn may change: its step's id); a second one only when those are in other turns.
     turns = sorted({t for _, t in dirty})
-    stored = _touched_rows(project, rid, turns, sorted(new_turn_ids))
+    if stored is None:
+        stored = _touched_rows(project, rid, turns, sorted(new_turn_ids))
     for _sid, parent, agent, turn, _raw in stored:
         if parent in new_turn_ids:
             if turn is None:
@@ -337,33 +361,35 @@ class _Tally:
         }
 
 
-def _touched_rows(
-    project: Project, run_id: str, turns: list[int], parents: list[str]
-) -> list[tuple[str, str | None, str, int | None, str]]:
+def _touched_rows(project: Project, run_id: str, turns: list[int], parents: list[str]) -> list[_Row]:
     """(step_id, parent_step_id, agent, turn, raw) of the run's stored events in `turns` or whose parent
     is one of `parents` (an event may come twice): one query, in SQL (building it with the ORM cost a
     live batch more than running it).
 
-    PostgreSQL: a UNION ALL of index ranges, one per run of consecutive turns and one per parent, each a
-    plain equality on every column of its (partial) index. Why: a live run's rows are newer than the
+    PostgreSQL: one statement of one shape whatever the batch, prepared once per connection and planned
+    once: per run of consecutive turns and per parent, an index look-up of its own (a `LATERAL`
+    subquery kept apart by `OFFSET 0`), a plain equality or range on every column of its (partial)
+    index. The arrays are sub-selects so that no plan knows their length: the generic plan then costs
+    what a batch's own would, and PostgreSQL keeps it instead of planning every batch again. Why: a live run's rows are newer than the
     table's statistics, so the planner believes the run holds one row; it then scans the whole run
     through any index on (project, run_id), filtering, for an `OR`, an `IN` list or a condition the
-    index does not cover (a cost growing with the run). Each part here is served by one index only."""
+    index does not cover (a cost growing with the run). Each look-up here is served by one index."""
     if not turns and not parents:
         return []
     qn = connection.ops.quote_name
-    cols = f"SELECT step_id, parent_step_id, agent, {qn('turn')}, raw FROM {qn(Event._meta.db_table)}"
+    table = qn(Event._meta.db_table)
+    cols = f"SELECT step_id, parent_step_id, agent, {qn('turn')}, raw FROM {table}"
     params: list[Any]
     if connection.vendor == "postgresql":
-        parts: list[str] = []
-        params = []
-        for lo, hi in _ranges(turns):
-            parts.append(f"{cols} WHERE project_id = %s AND run_id = %s AND {qn('turn')} BETWEEN %s AND %s")
-            params += [project.pk, run_id, lo, hi]
-        for parent in parents:
-            parts.append(f"{cols} WHERE project_id = %s AND run_id = %s AND parent_step_id = %s")
-            params += [project.pk, run_id, parent]
-        sql = " UNION ALL ".join(parts)
+        ranges = _ranges(turns)
+        sql = (
+            f"SELECT e.* FROM unnest((SELECT %s::bigint[]), (SELECT %s::bigint[])) AS r(lo, hi) CROSS JOIN LATERAL "
+            f"({cols} WHERE project_id = %s AND run_id = %s AND {qn('turn')} BETWEEN r.lo AND r.hi OFFSET 0) e "
+            f"UNION ALL SELECT e.* FROM unnest((SELECT %s::text[])) AS p(parent) CROSS JOIN LATERAL "
+            f"({cols} WHERE project_id = %s AND run_id = %s AND parent_step_id = p.parent OFFSET 0) e"
+        )  # noqa: S608  (names are ours; values are parameters)
+        params = [[lo for lo, _ in ranges], [hi for _, hi in ranges], project.pk, run_id]
+        params += [parents, project.pk, run_id]
     else:
         where = [f"{qn('turn')} IN ({', '.join(['%s'] * len(turns))})"] if turns else []
         if parents:

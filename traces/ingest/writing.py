@@ -26,7 +26,7 @@ from traces.ingest.bulk import (
     _json_rows,
     insert_new_events,
 )
-from traces.ingest.incremental import do_project_turns, whole_run_tally
+from traces.ingest.incremental import do_project_turns, rows_before_batch, whole_run_tally
 from traces.ingest.projection import _Projection, local_turn, project_run
 from traces.ingest.validation import (
     CheckedEvent,
@@ -260,6 +260,16 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
         existing: set[tuple[str, str]] = set()
         if seen_runs and not arbiter:
             existing = _stored_keys(project, [(rid, sid) for rid in seen_runs for sid in by_run[rid]])
+        # The stored rows the turn-by-turn projection of each continued run reads, read before the
+        # batch's own rows are written (`rows_before_batch`).
+        stored_before = {
+            rid: rows_before_batch(project, runs[rid], batch)
+            for rid in seen_runs
+            if runs[rid].incremental
+            and _batch_is_local(
+                batch := [c.event for sid, c in by_run[rid].items() if (rid, sid) not in existing]
+            )
+        }
         now = timezone.now()
         # Raw rows as plain tuples (not model instances): this is the hottest loop of ingestion.
         new_rows: list[tuple[Any, ...]] = []
@@ -298,7 +308,7 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
                 continue
             if not (run.incremental and _batch_is_local(fresh[run.run_id])):
                 reload.append(run)
-            elif not do_project_turns(project, run, fresh[run.run_id]):
+            elif not do_project_turns(project, run, fresh[run.run_id], stored=stored_before.get(run.run_id)):
                 reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
         events_of = _load_events(project, reload)
         events_of.update((run.pk, fresh[run.run_id]) for run in full)  # a new run's: all in the batch
