@@ -58,10 +58,11 @@ def test_without_prepared_statements_nothing_is_prepared_and_the_rows_are_the_sa
     assert projection_snapshot(other) == projection_snapshot(project)
 
 
-def test_the_touched_turns_read_is_one_statement_planned_once_whatever_the_batch(project: Project) -> None:
+def test_the_touched_turns_statements_are_planned_once_whatever_the_batch(project: Project) -> None:
     """Batches of 1 to 7 events (one turn or several, steps split or not, new turn events or none): the
     read of the touched turns' stored events is one prepared statement, and PostgreSQL keeps its
-    generic plan after its first five executions instead of planning each batch again."""
+    generic plan after its first five executions instead of planning each batch again; so does it for
+    the delete of the touched turns' rows (planning it was half of its time)."""
     connection.close()
     events = our_run("varied-batches", turns=8)
     i, size, batches = 0, 1, 0
@@ -75,7 +76,15 @@ def test_the_touched_turns_read_is_one_statement_planned_once_whatever_the_batch
             " WHERE statement LIKE 'SELECT %%parent_step_id%%' AND statement LIKE '%%traces_event%%'"
         )
         reads = cursor.fetchall()
+        # The delete of the touched turns' rows (one shape per number of agents and turn ranges),
+        # which also takes the new rows' ids from the sequences.
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'WITH d0 AS (DELETE%%' AND generic_plans + custom_plans > 5"
+        )
+        deletes = cursor.fetchall()
     assert len(reads) == 1, reads
     generic, custom = reads[0]
     # Every batch but the first (a new run, projected whole) and the odd one the whole-run path takes.
     assert custom == 5 and generic + custom >= batches - 3, (generic, custom, batches)
+    assert deletes and all(custom == 5 for _, custom in deletes), deletes

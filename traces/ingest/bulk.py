@@ -254,7 +254,9 @@ def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...
 def id_arrays(wanted: list[tuple[type[models.Model], int]]) -> tuple[list[str], list[Any]]:
     """PostgreSQL: SQL expressions (and their parameters) giving `n` new primary keys of each model, as
     an array each, for the select list of a statement that has other work to do."""
-    cols = ["ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))"] * len(wanted)
+    cols = [
+        "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, (SELECT %s::int)))"
+    ] * len(wanted)
     return cols, [v for model, n in wanted for v in (model._meta.db_table, model._meta.pk.column, n)]
 
 
