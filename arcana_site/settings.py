@@ -56,6 +56,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # The cyclic garbage collector paused while a request is handled (arcana_site/collector.py).
+    "arcana_site.collector.CollectorPausedMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Content-Security-Policy on every response: only our own static files (arcana_site/security.py).
     "arcana_site.security.ContentSecurityPolicyMiddleware",
