@@ -303,3 +303,72 @@ def test_the_usual_bodies_are_proved() -> None:
         _answers(body, walk=False)[1][0][1]
         == f"'metadata{'.a' * (v.MAX_DEPTH - 1)}' is nested more than {v.MAX_DEPTH} levels deep"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# msgspec's decoding of the usual body (`_fast_batch`): the same values, texts and proof as the
+# element-by-element scan with json's decoder, for any body; it declines what it cannot match.
+
+
+def _parsed(body: bytes) -> Any:
+    try:
+        payload, raws = v.parse_batch(body)
+    except ValueError as exc:
+        return "not JSON", str(exc)
+    plain = isinstance(raws, v.BodyTexts) and raws.plain_events is payload.get("events")
+    return repr(payload), None if raws is None else list(raws), type(raws).__name__, plain
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=bodies(), floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=4))
+def test_msgspec_decodes_a_body_as_the_scan_does(body: bytes, floats: list[float]) -> None:
+    # Floats as written by repr and in other spellings (exponents, trailing zeros), which must round
+    # to the same float whichever parser reads them.
+    spellings = [repr(x) for x in floats] + [f"{x:.17e}" for x in floats] + [f"{x:.3E}" for x in floats]
+    if spellings and body.startswith(b'{"events": [') and body != b'{"events": []}':
+        extra = json.dumps({"run_id": "r", "step_id": "s", "event_type": "turn",
+                            "timestamp": "2026-11-30T00:00:00Z", "metadata": {"f": PLACEHOLDER}})  # fmt: skip
+        extra = extra.replace(json.dumps(PLACEHOLDER), "[" + ", ".join(spellings) + "]")
+        body = b'{"events": [' + extra.encode() + b", " + body[len(b'{"events": [') :]
+    fast = _parsed(body)
+    with mock.patch.object(v, "_fast_batch", return_value=None):
+        assert fast == _parsed(body)
+
+
+def test_msgspec_declines_what_json_reads_otherwise() -> None:
+    """NaN, Infinity, a float out of range, a lone surrogate escape, another key beside `events`, a
+    body nested past the limit: the scan answers (the same answers as without msgspec)."""
+    base = (
+        '{"run_id": "r", "step_id": "s", "event_type": "turn", "timestamp": "2026-11-30T00:00:00Z", "v": %s}'
+    )
+    for raw in ["NaN", "-Infinity", "1e400", '"\\ud800"', "[" * 600 + "]" * 600]:
+        body = ('{"events": [' + base % raw + "]}").encode()
+        assert v._fast_batch(body) is None, raw
+    for body in [
+        b'{"events": [], "more": 1}',
+        b'{"other": []}',
+        b'{"events": {}}',
+        b"[]",
+        b'{"events": [1,]}',
+    ]:
+        assert v._fast_batch(body) is None, body
+        fast = _parsed(body)
+        with mock.patch.object(v, "_fast_batch", return_value=None):
+            assert fast == _parsed(body)
+
+
+def test_msgspec_takes_the_usual_bodies() -> None:
+    """Not vacuous: bench/ingest.py's mixes (ASCII or not) are decoded by msgspec, with every
+    event's exact text."""
+    from bench.ingest import small_run
+
+    rng = random.Random(5)
+    conv, _ = conversation_run(rng, 4)
+    for events in (small_run(rng, 40), conv):
+        for style in ({}, {"ensure_ascii": False, "separators": (",", ":")}, {"indent": 2}):
+            body = json.dumps({"events": events}, **style).encode()
+            fast = v._fast_batch(body)
+            assert fast is not None
+            payload, texts = fast
+            assert payload["events"] == events and texts.plain_events is payload["events"]
+            assert [json.loads(t) for t in texts] == events and all(t in body.decode() for t in texts)

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import msgspec
+
 from runtime import TraceEvent
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
@@ -405,13 +407,17 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
     JSON; its message says why.
 
     For a UTF-8 body (`bytes`) of the usual shape whose text proves that no value breaks a rule of the
-    walk (`_plain_body`), `raw_texts` is a `BodyTexts` and `check_events` skips the walk.
+    walk (`_plain_body`), `raw_texts` is a `BodyTexts` and `check_events` skips the walk. Such a body is
+    decoded by msgspec when it can (`_fast_batch`), else element by element with `json`'s decoder.
     """
     data = bytes(body) if isinstance(body, bytearray) else body
     try:
         if isinstance(data, bytes):
             if data.__class__ is not bytes:  # a subclass: decoded as bytes, walked as usual
                 return _scan_batch(data.decode("utf-8"), _plain_scan)[:2]
+            fast = _fast_batch(data)
+            if fast is not None:
+                return fast
             payload, raws, plain = _scan_batch(data.decode("utf-8"), _checking_scan)
             if plain and _plain_body(data):
                 texts = BodyTexts(raws)
@@ -432,6 +438,38 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
         raise
     except ValueError:  # an integer longer than Python converts (4,300 digits)
         raise ValueError(f"the body cannot be decoded: {TOO_MANY_DIGITS}") from None
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    """The usual body: `{"events": [...]}` and no other key, each event kept as its exact bytes."""
+
+    events: list[msgspec.Raw]
+
+
+_decode_body = msgspec.json.Decoder(_Body).decode
+_decode_event = msgspec.json.Decoder().decode
+
+
+def _fast_batch(body: bytes) -> tuple[dict[str, Any], BodyTexts] | None:
+    """`parse_batch`'s answer for the usual body, decoded by msgspec (about twice as fast as the
+    element-by-element scan with `json`'s decoder, which was a third of a batch of conversation events'
+    time in the worker); None when the scan must answer.
+
+    The values are the ones `json` gives (tests/traces/test_validation_fast.py, with hypothesis): this
+    is taken only when msgspec decodes the whole body and `_plain_body` proves it plain. msgspec refuses
+    what `json` accepts with values of its own or flags (NaN, Infinity, a float out of range, a lone
+    surrogate escape, nesting past its limit): the scan then decodes the body as before. Each event's
+    text is its exact bytes (`msgspec.Raw`), decoded as strict UTF-8."""
+    try:
+        raw_events = _decode_body(body).events
+        events = [_decode_event(raw) for raw in raw_events]
+        texts = BodyTexts([bytes(raw).decode("utf-8") for raw in raw_events])
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError, ValueError):
+        return None
+    if not _plain_body(body):
+        return None
+    texts.plain_events = events
+    return {"events": events}, texts
 
 
 class _NotPlain(Exception):
