@@ -54,3 +54,53 @@ def test_a_producers_plain_list_reads_the_same(decisions: list[dict[str, Any]]) 
 
 def test_nothing_stored_reads_as_no_rows() -> None:
     assert message_decision_rows(None) == message_decision_rows("") == []
+
+
+# Every kind of value a row may hold, those validation refuses included (a caller of our own could
+# pass them): integers of any size, lone surrogates, control and separator characters; and in the
+# score's column (the one float of a message decision) any float, NaN and the infinities included.
+not_float = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.sampled_from(["\ud800", "a\x00b", "\x1f\u2028\u2029", "é😀", '"\\', 10**400, "null"])
+)
+score = st.none() | st.floats() | st.integers() | st.sampled_from([-0.0, 1e300, 5e-324])
+SCORE = MESSAGE_DECISION_KEYS.index("relevance_score")
+
+
+@st.composite
+def rows_of_any_value(draw: st.DrawFn) -> list[list[Any]]:
+    n = len(MESSAGE_DECISION_KEYS)
+    return [
+        [draw(score) if k == SCORE else draw(not_float) for k in range(n)]
+        for _ in range(draw(st.integers(0, 6)))
+    ]
+
+
+@given(rows_of_any_value())
+def test_a_packed_table_holds_the_values_json_would_write(rows: list[list[Any]]) -> None:
+    """msgspec writes the table (`pack_message_decisions`); it reads back as the values `json` would
+    have written, exactly (floats by their repr, -0.0 included; NaN and infinities as `json` writes
+    them)."""
+    text = pack_message_decisions(rows)
+    written = json.loads(text)
+    assert written["cols"] == list(MESSAGE_DECISION_KEYS)
+    expected = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+    assert repr(written["rows"]) == repr(json.loads(expected))
+
+
+def test_the_usual_table_is_the_text_json_writes() -> None:
+    rows = [[i, "user", "compressed", "L1", 0.1 * i, 40 + i, 12, "tail_preserve_middle_compressed", False, None, i]
+            for i in range(50)]  # fmt: skip
+    rows[3][8], rows[3][9] = True, "p_00000001"
+    text = pack_message_decisions(rows)
+    assert (
+        text
+        == '{"cols":'
+        + json.dumps(list(MESSAGE_DECISION_KEYS), separators=(",", ":"))
+        + ',"rows":'
+        + json.dumps(rows, separators=(",", ":"))
+        + "}"
+    )

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, TypedDict
 
+import msgspec
 from django.db import models
 
 from runtime.facts import ToolResult, pin_active_at
@@ -164,8 +166,24 @@ MESSAGE_DECISION_KEYS: tuple[str, ...] = tuple(MessageDecisionDict.__annotations
 
 def pack_message_decisions(rows: list[list[Any]]) -> str:
     """The stored form of a step's message decisions: compact JSON `{"cols": [...], "rows": [[...], ...]}`,
-    one row per input message with the values of `MESSAGE_DECISION_KEYS` in that order."""
-    return _PACK_HEAD + _dumps(rows) + "}"
+    one row per input message with the values of `MESSAGE_DECISION_KEYS` in that order (as
+    `traces.ingest.projection.message_decisions` makes them: the score is the only float).
+
+    Encoded by msgspec: a 200-message step's table in ~23 µs against ~160 µs with `json`'s C encoder
+    (which calls `float.__repr__` per score), a seventh of a conversation batch's projection. The text
+    reads back as the same values (tests/traces/test_message_decision_rows.py). Where the two would
+    differ, `json` writes it: a score that is not finite (msgspec writes `null`; validation refuses
+    such events, so only a caller of our own could pass one) or a string msgspec cannot encode (a lone
+    surrogate, which validation refuses too)."""
+    for row in rows:
+        score = row[_SCORE] if len(row) > _SCORE else None
+        if isinstance(score, float) and not math.isfinite(score):
+            return _PACK_HEAD + _dumps(rows) + "}"
+    try:
+        text = _encode_rows(rows).decode("utf-8")
+    except (TypeError, OverflowError, UnicodeEncodeError, msgspec.EncodeError):
+        text = _dumps(rows)
+    return _PACK_HEAD + text + "}"
 
 
 def unpack_message_decisions(text: str | None) -> list[MessageDecisionDict]:
@@ -199,6 +217,9 @@ def message_decision_rows(text: str | None) -> list[list[Any]]:
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode_rows = msgspec.json.Encoder().encode
+#: The column of `relevance_score`, the one float of a message decision.
+_SCORE = MESSAGE_DECISION_KEYS.index("relevance_score")
 
 
 _PACK_HEAD = '{"cols":' + _dumps(list(MESSAGE_DECISION_KEYS)) + ',"rows":'
