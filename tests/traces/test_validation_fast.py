@@ -357,6 +357,20 @@ def test_msgspec_declines_what_json_reads_otherwise() -> None:
             assert fast == _parsed(body)
 
 
+def test_msgspec_reads_repeated_keys_and_odd_spellings_as_json_does() -> None:
+    event = (
+        '{"run_id": "r", "step_id": "s", "run_id": "r2", "event_type": "turn", "timestamp": '
+        '"2026-11-30T00:00:00-00:16:08", "metadata": {"x": 1, "y": [1E2, -0, -0.0, 1e-400, 5e-324, '
+        '0.1e1, "\\u00e9\\n"], "x": {"x": 2}}}'
+    )
+    for body in ['{"events": [' + event + "]}", '{ "events" :[ ' + event + " , " + event + " ] }\n"]:
+        data = body.encode()
+        assert v._fast_batch(data) is not None
+        fast = _parsed(data)
+        with mock.patch.object(v, "_fast_batch", return_value=None):
+            assert fast == _parsed(data)
+
+
 def test_msgspec_takes_the_usual_bodies() -> None:
     """Not vacuous: bench/ingest.py's mixes (ASCII or not) are decoded by msgspec, with every
     event's exact text."""
