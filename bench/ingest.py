@@ -491,7 +491,7 @@ def main() -> None:
             f"\n(a) small events: {len(events):,} events in {secs:.2f} s = {len(events) / secs:,.0f} events/s"
         )
         print(f"    floor: COPY of the same {rows:,} rows ({counts['traces_event']:,} events + projections) {floor:.2f} s ({spread}) "
-              f"= {len(events) / floor:,.0f} events/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
+              f"= {len(events) / floor:,.0f} events/s; ingest/floor = {secs / floor:.2f}x")  # fmt: skip
         # Mix (b): conversations of 20 steps; batches of 500 events.
         conv: list[dict[str, Any]] = []
         decisions = 0
@@ -508,7 +508,7 @@ def main() -> None:
         )
         print(f"    = {len(conv) / secs:,.0f} events/s, {decisions / secs:,.0f} message decisions/s")
         print(f"    floor: COPY of the same {sum(counts.values()):,} rows {floor:.2f} s ({spread}) = {decisions / floor:,.0f} "
-              f"message decisions/s; ingest/floor = {secs / floor:.1f}x")  # fmt: skip
+              f"message decisions/s; ingest/floor = {secs / floor:.2f}x")  # fmt: skip
         print_latency(latency(base, ids["key-latency"], ids["latency"], rng, args.latency_batches))  # type: ignore[arg-type]
         if args.stream:
             rates = stream(base, ids["key-stream"], rng, args.stream, 20)  # type: ignore[arg-type]
