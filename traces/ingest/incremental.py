@@ -370,10 +370,12 @@ def _touched_rows(project: Project, run_id: str, turns: list[int], parents: list
     once: per run of consecutive turns and per parent, an index look-up of its own (a `LATERAL`
     subquery kept apart by `OFFSET 0`), a plain equality or range on every column of its (partial)
     index. The arrays are sub-selects so that no plan knows their length: the generic plan then costs
-    what a batch's own would, and PostgreSQL keeps it instead of planning every batch again. Why: a live run's rows are newer than the
-    table's statistics, so the planner believes the run holds one row; it then scans the whole run
-    through any index on (project, run_id), filtering, for an `OR`, an `IN` list or a condition the
-    index does not cover (a cost growing with the run). Each look-up here is served by one index."""
+    what a batch's own would, and PostgreSQL keeps it instead of planning every batch again.
+
+    Why look-ups of one index each: a live run's rows are newer than the table's statistics, so the
+    planner believes the run holds one row; it then scans the whole run through any index on (project,
+    run_id), filtering, for an `OR`, an `IN` list or a condition the index does not cover (a cost
+    growing with the run). Each look-up here is served by one index."""
     if not turns and not parents:
         return []
     qn = connection.ops.quote_name
