@@ -154,6 +154,14 @@ def conversation_run(rng: random.Random, n_steps: int) -> tuple[list[dict[str, A
     return out, n_decisions
 
 
+def mix_a_events(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """Mix (a): runs of 400 small events, concatenated, so batch edges fall inside runs."""
+    events: list[dict[str, Any]] = []
+    while len(events) < n:
+        events.extend(small_run(rng, 100))
+    return events
+
+
 def batches_of(events: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
     return [events[i : i + size] for i in range(0, len(events), size)]
 
@@ -230,8 +238,10 @@ def start_server(
 # Measurements
 
 
-def post_all(base: str, key: str, batches: list[list[dict[str, Any]]], clients: int) -> float:
-    """Post every batch with `clients` threads. Returns seconds."""
+def post_all(
+    base: str, key: str, batches: list[list[dict[str, Any]]], clients: int, path: str = "/api/v1/ingest"
+) -> float:
+    """Post every batch to `path` with `clients` threads. Returns seconds."""
     bodies = [json.dumps({"events": b}).encode() for b in batches]
     # Batches round-robin over the threads, as in every round so far: a run cut by a batch edge has its
     # two parts posted by two threads at once (the later one waits for the run's lock, and may land
@@ -246,7 +256,7 @@ def post_all(base: str, key: str, batches: list[list[dict[str, Any]]], clients: 
             headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}, timeout=120
         ) as c:
             for body in items:
-                r = c.post(f"{base}/api/v1/ingest", content=body)
+                r = c.post(f"{base}{path}", content=body)
                 if r.status_code != 200:
                     errors.append(f"{r.status_code} {r.text[:200]}")
 
@@ -479,10 +489,7 @@ def main() -> None:
         if args.only == "latency":
             print_latency(latency(base, ids["key-latency"], ids["latency"], rng, args.latency_batches))  # type: ignore[arg-type]
             return
-        # Mix (a): runs of 400 events, concatenated, so batch edges fall inside runs.
-        events: list[dict[str, Any]] = []
-        while len(events) < args.events:
-            events.extend(small_run(rng, 100))
+        events = mix_a_events(rng, args.events)
         batches = batches_of(events, 500)
         secs = post_all(base, ids["key-a"], batches, args.clients)  # type: ignore[arg-type]
         floor, counts, spread = copy_floor(url, ids["a"])
