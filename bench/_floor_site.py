@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-
 from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
