@@ -242,7 +242,18 @@ def post_all(
     base: str, key: str, batches: list[list[dict[str, Any]]], clients: int, path: str = "/api/v1/ingest"
 ) -> float:
     """Post every batch to `path` with `clients` threads. Returns seconds."""
-    bodies = [json.dumps({"events": b}).encode() for b in batches]
+    return post_bodies(base, key, encode_batches(batches), clients, path)
+
+
+def encode_batches(batches: list[list[dict[str, Any]]]) -> list[bytes]:
+    """The request bodies, encoded before the clock starts (a producer's own encoding is not ours)."""
+    return [json.dumps({"events": b}).encode() for b in batches]
+
+
+def post_bodies(
+    base: str, key: str, bodies: list[bytes], clients: int, path: str = "/api/v1/ingest"
+) -> float:
+    """Post every body to `path` with `clients` threads. Returns seconds."""
     # Batches round-robin over the threads, as in every round so far: a run cut by a batch edge has its
     # two parts posted by two threads at once (the later one waits for the run's lock, and may land
     # first). Giving each thread whole runs instead measured within the runs' spread (+0–6%).
@@ -321,10 +332,13 @@ def stream(base: str, key: str, rng: random.Random, n_events: int, size: int) ->
     return rates
 
 
-def copy_floor(url: str, project_id: int, repeats: int = 3) -> tuple[float, dict[str, int], str]:
+def copy_floor(
+    url: str, project_id: int, repeats: int = 3, per_table: dict[str, list[float]] | None = None
+) -> tuple[float, dict[str, int], str]:
     """COPY every row ingest wrote for this project into empty look-alike tables, `repeats` times (fresh
     tables each time); returns the median seconds (one COPY's time moved by ±25% with this machine's
-    load, and the ratio with it), the row counts, and every time for the printout."""
+    load, and the ratio with it), the row counts, and every time for the printout. `per_table`, when
+    given, receives each table's COPY time of every repeat."""
     where = {
         "traces_event": f"project_id = {project_id}",
         "traces_run": f"project_id = {project_id}",
@@ -351,8 +365,11 @@ def copy_floor(url: str, project_id: int, repeats: int = 3) -> tuple[float, dict
             t0 = time.perf_counter()
             with conn.transaction():
                 for table in TABLES:
+                    t1 = time.perf_counter()
                     with conn.cursor().copy(f"COPY floor.{table} FROM STDIN") as cp:
                         cp.write(dumps[table])
+                    if per_table is not None:
+                        per_table.setdefault(table, []).append(time.perf_counter() - t1)
             times.append(time.perf_counter() - t0)
             conn.execute("DROP SCHEMA floor CASCADE")
     return statistics.median(times), counts, "median of " + " / ".join(f"{t:.2f}" for t in times)
