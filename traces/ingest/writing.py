@@ -194,7 +194,7 @@ def _upsert_runs(project: Project, run_ids: list[str], now: datetime) -> dict[st
         f"RETURNING {qn('id')}, {cols}"
     )  # noqa: S608  (names are ours; values are one parameter)
     with prepared.cursor() as cursor:
-        cursor.execute(sql, [_json_rows(rows)])
+        cursor.execute(sql, [_json_rows(rows, Run)])
         fetched = cursor.fetchall()
     attnames = ["id", *(f.attname for f in _run_fields())]
     runs = [Run.from_db(connection.alias, attnames, _from_db_row(row)) for row in fetched]
