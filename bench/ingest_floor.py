@@ -31,21 +31,18 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from ingest import (  # noqa: E402
     DEFAULT_DB,
-    ROOT,
     batches_of,
     copy_floor,
-    django_env,
     encode_batches,
     ensure_database,
     free_port,
@@ -53,9 +50,8 @@ from ingest import (  # noqa: E402
     post_all,
     post_bodies,
     setup,
-    start_server,
 )
-from stream_floor import Meter, children  # noqa: E402
+from stream_floor import Meter, backends_meter, children, floor_table, start_pair  # noqa: E402
 
 BATCH = 500
 RUNS_PER_SLICE = 25  # 10,000 events: a slice holds whole runs, so neither side continues the other's
@@ -121,27 +117,13 @@ def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
     ensure_database(url)
     _, ids = setup(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS ingest_floor CASCADE")
-        conn.execute("CREATE SCHEMA ingest_floor")
-        conn.execute("CREATE TABLE ingest_floor.event (LIKE public.traces_event INCLUDING ALL)")
-    watch = psycopg.connect(url, autocommit=True)
-
-    def backends() -> list[int]:
-        rows = watch.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    pg = Meter(backends)
-    floor_env = {**django_env(url), "DJANGO_SETTINGS_MODULE": "_floor_site",
-                 "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}  # fmt: skip
+    floor_table("ingest_floor", url)
+    watch, pg = backends_meter(url)
     ports = (free_port(), free_port())
-    servers = [start_server(url, ports[0], args.workers, floor_env, "bench-floor-gunicorn.log")]
+    servers: list[subprocess.Popen[bytes]] = []
     rng = random.Random(42)
     try:
-        servers.append(start_server(url, ports[1], args.workers))
+        servers += start_pair(url, ports, args.workers)
         floor = BulkSide("transport floor", f"http://127.0.0.1:{ports[0]}", "/floor/bulk",
                          str(ids["key-a"]), servers[0], pg)  # fmt: skip
         ingest = BulkSide("ingest", f"http://127.0.0.1:{ports[1]}", "/api/v1/ingest",

@@ -118,6 +118,45 @@ class Meter:
 # Servers (started by bench/ingest.py's start_server)
 
 
+def floor_table(schema: str, url: str) -> None:
+    """A fresh `schema` with `event`, a copy of traces_event (same indexes and constraints) for a floor."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE TABLE {schema}.event (LIKE public.traces_event INCLUDING ALL)")
+
+
+def backends_meter(url: str) -> tuple[psycopg.Connection[Any], Meter]:
+    """A meter of the database's client backends, and the connection that lists them (close it after).
+
+    One connection lists them (its own left out) for the whole run: a connection opened per reading
+    would add a backend's start-up to what is measured."""
+    watch = psycopg.connect(url, autocommit=True)
+
+    def backends() -> list[int]:
+        rows = watch.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    return watch, Meter(backends)
+
+
+def start_pair(url: str, ports: tuple[int, int], workers: int) -> list[subprocess.Popen[bytes]]:
+    """The floor's gunicorn (bench/_floor_site.py) on `ports[0]` and the product's on `ports[1]`, with
+    the same workers and database."""
+    floor_env = {**django_env(url), "DJANGO_SETTINGS_MODULE": "_floor_site",
+                 "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}  # fmt: skip
+    servers = [start_server(url, ports[0], workers, floor_env, "bench-floor-gunicorn.log")]
+    try:
+        servers.append(start_server(url, ports[1], workers))
+    except BaseException:
+        servers[0].terminate()
+        raise
+    return servers
+
+
 class Side:
     """One server under test: where to post, and the CPU meters of its workers and of PostgreSQL."""
 
@@ -215,28 +254,12 @@ def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
     ensure_database(url)
     _, ids = setup(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS stream_floor CASCADE")
-        conn.execute("CREATE SCHEMA stream_floor")
-        conn.execute("CREATE TABLE stream_floor.event (LIKE public.traces_event INCLUDING ALL)")
-    # One connection lists the database's client backends (its own left out) for the whole run: a
-    # connection opened per reading would add a backend's start-up to what is measured.
-    watch = psycopg.connect(url, autocommit=True)
-
-    def backends() -> list[int]:
-        rows = watch.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    pg = Meter(backends)
-    floor_env = {**django_env(url), "DJANGO_SETTINGS_MODULE": "_floor_site",
-                 "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}  # fmt: skip
+    floor_table("stream_floor", url)
+    watch, pg = backends_meter(url)
     ports = (args.port, args.port + 1) if args.port else (free_port(), free_port())
-    servers = [start_server(url, ports[0], args.workers, floor_env, "bench-floor-gunicorn.log")]
+    servers: list[subprocess.Popen[bytes]] = []
     try:
-        servers.append(start_server(url, ports[1], args.workers))
+        servers += start_pair(url, ports, args.workers)
         key = str(ids["key-stream"])
         floor = Side("floor", f"http://127.0.0.1:{ports[0]}/floor", key, servers[0], pg)
         ingest = Side("ingest", f"http://127.0.0.1:{ports[1]}/api/v1/ingest", key, servers[1], pg)
