@@ -212,7 +212,7 @@ def _json_rows(rows: list[dict[str, Any]], model: type[models.Model]) -> str:
     refuses one (a lone surrogate, which validation refuses too); `json` then writes them. The texts
     differ only in how an instant is spelled (`Z` or `+00:00`), which PostgreSQL reads alike
     (tests/traces/test_json_rows.py reads both back through PostgreSQL)."""
-    if True:
+    if _msgspec_safe(rows, _checked_columns(model)):
         try:
             return _msgspec_text(rows).decode()
         except (TypeError, OverflowError, UnicodeEncodeError, msgspec.EncodeError):
