@@ -19,7 +19,8 @@ Then, end to end (`--send`, on by default): the time of one `chat.send()` with 2
 of history against a loopback OpenAI-compatible server (tests/runtime/openai_server.py), and the
 floor: a bare `httpx` POST of the very messages (and tools) the runtime sent, to the same server, on
 a client that stays open. ratio = send / bare POST (the runtime's whole cost per send: working set,
-trace events written to a JSONL file, bookkeeping). Medians of `--sends`.
+trace events written to a JSONL file, bookkeeping). Medians of `--sends`, timed pair by pair (a send,
+then a bare POST of the request it made), so the machine's drift falls on both alike.
 
 The CPU columns are `time.process_time()` of the same sends and POSTs (the whole process: the
 loopback server runs in a thread of it, so both sides include the server's work); on a shared machine
@@ -195,33 +196,39 @@ async def send_vs_post(n: int, sends: int, trace_dir: str) -> dict[str, float]:
         state.update(history=history, message_turns=turns, turn=turn)
         times: list[float] = []
         cpu: list[float] = []
-        async with rt.chat(state=state) as chat:
+        bare: list[float] = []
+        bare_cpu: list[float] = []
+        headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
+        async with (
+            rt.chat(state=state) as chat,
+            httpx.AsyncClient(base_url=server.base_url, timeout=30) as client,
+        ):
+
+            async def post() -> None:
+                # The request the send just made, encoded as a client must (the runtime's own
+                # encoding), posted, the answer decoded.
+                payload = json.loads(server.requests[-1].body)
+                t0, c0 = time.perf_counter(), time.process_time()
+                data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+                r = await client.post("/chat/completions", content=data, headers=headers)
+                r.json()
+                bare.append(time.perf_counter() - t0)
+                bare_cpu.append(time.process_time() - c0)
+
             await chat.send("warm up: what is the plan?")
+            await post()
+            bare.clear()
+            bare_cpu.clear()
+            # Pair by pair (a send, then a bare POST of the request it made): this machine's speed
+            # drifts within seconds, and all sends then all POSTs read that drift as a ratio.
             for i in range(sends):
                 t0, c0 = time.perf_counter(), time.process_time()
                 await chat.send(f"question {i}: what is the budget?")
                 times.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
-        body = server.requests[-1].body
-        payload = json.loads(body)
-        bare: list[float] = []
-        bare_cpu: list[float] = []
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
-            headers = {"Authorization": "Bearer k", "Content-Type": "application/json"}
-
-            async def post() -> None:
-                # Encoded as a client must (the runtime's own encoding), posted, the answer decoded.
-                data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-                r = await client.post("/chat/completions", content=data, headers=headers)
-                r.json()
-
-            await post()
-            for _ in range(sends):
-                t0, c0 = time.perf_counter(), time.process_time()
                 await post()
-                bare.append(time.perf_counter() - t0)
-                bare_cpu.append(time.process_time() - c0)
-        messages = len(server.requests[-1].json["messages"])
+        body = server.requests[-2].body  # the last send's (the last request is its bare POST)
+        messages = len(json.loads(body)["messages"])
     return {"send": statistics.median(times), "bare": statistics.median(bare), "sent": messages,
             "bytes": len(body), "send_cpu": statistics.median(cpu),
             "bare_cpu": statistics.median(bare_cpu)}  # fmt: skip
