@@ -214,14 +214,20 @@ def setup(url: str) -> tuple[str, dict[str, int]]:
 
 
 def start_server(
-    url: str, port: int, workers: int, env: dict[str, str] | None = None, log_name: str = "bench-gunicorn.log"
+    url: str,
+    port: int,
+    workers: int,
+    env: dict[str, str] | None = None,
+    log_name: str = "bench-gunicorn.log",
+    root: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
-    """gunicorn on `port` with the database `url` (or the given environment), once it answers /healthz."""
+    """gunicorn on `port` with the database `url` (or the given environment), once it answers /healthz;
+    serving the checkout at `root` (this one by default) with this checkout's Python."""
     log = open(ROOT / "var" / log_name, "wb")  # noqa: SIM115  (lives as long as the server)
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "arcana_site.wsgi", "-w", str(workers), "-b", f"127.0.0.1:{port}",
          "--timeout", "120", "--log-level", "warning"],
-        cwd=ROOT, env=env or django_env(url), stdout=log, stderr=subprocess.STDOUT,
+        cwd=root, env=env or django_env(url), stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
