@@ -8,16 +8,17 @@ This machine's speed drifts by up to 2× within minutes: a live stream's batch t
 in two runs of the same code a few minutes apart (1 December 2026). A change worth a few
 percent is lost in that between two runs of bench/stream_floor.py. Here two gunicorns, one per
 checkout (same workers, settings and database; both on this checkout's Python, so the other
-checkout must need the same requirements), each take a run of small events (mix (a) of
-bench/ingest.py) in batches of 20, one request at a time, 1,000 events at a time, alternating A, B,
-B, A, ...: the machine's drift falls on both alike. Printed per side: events/s per slice and overall,
+checkout must need the same requirements), each take the same run of small events (mix (a) of
+bench/ingest.py), each into its own project, in batches of 20, one request at a time, 1,000 events
+at a time, alternating A, B, B, A, ...: the machine's drift falls on both alike. Printed per side: events/s per slice and overall,
 CPU per request of the gunicorn workers, of the PostgreSQL backends and of this client (from /proc,
 as bench/stream_floor.py reads them), wall time per request; then B/A of the rates.
 
-How fine it reads (1 December 2026, a noisy evening): five A/A runs (the same code on both sides;
-one checkout A in three, B in two) read B/A = 0.91, 0.96, 0.95, 1.01 and 0.99; a busy wait of
-0.5 ms added to B's ingest view read 0.88 (5.43 → 6.16 ms a request). A change below ~10% is not
-told apart from none in one run on such a day: run it several times, both ways round.
+How fine it reads (1 December 2026, a noisy evening): five A/A runs (the same code on both sides,
+each posting a run of its own; one checkout A in three, B in two) read B/A = 0.91, 0.96, 0.95, 1.01
+and 0.99, and one with the same run to both sides 1.00; a busy wait of 0.5 ms added to B's ingest
+view read 0.88 (5.43 → 6.16 ms a request). A change below ~10% is not told apart from none in one
+run on such a day: run it several times, both ways round.
 """
 
 from __future__ import annotations
@@ -30,12 +31,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from ingest import DEFAULT_DB, ROOT, ensure_database, free_port, setup, small_run, start_server  # noqa: E402
-from stream_floor import BATCH, SLICE, Side, backends_meter  # noqa: E402
+from stream_floor import BATCH, SLICE, Side, backends_meter, measure_alternating, warm_up  # noqa: E402
 
 
 def main() -> None:
@@ -59,15 +58,10 @@ def main() -> None:
             port = free_port()
             servers.append(start_server(url, port, args.workers, log_name=f"bench-ab-{name}.log", root=root))
             sides.append(Side(name, f"http://127.0.0.1:{port}/api/v1/ingest", str(key), servers[-1], pg))
-        # Warm-up: every worker serves a few batches of another run (imports, connections, caches).
-        for k, side in enumerate(sides):
-            with httpx.Client(headers={"Authorization": f"Bearer {side.key}"}, timeout=60) as client:
-                side.post(client, small_run(random.Random(100 + k), 60 * BATCH // 4))
-        runs = [small_run(random.Random(7 + k), args.events // 4) for k in range(len(sides))]
+        warm_up(sides)
+        # The same run to both sides, each into its own project.
         a, b = sides
-        for k, i in enumerate(range(0, args.events, SLICE)):
-            for side in (a, b) if k % 2 == 0 else (b, a):
-                side.measure(runs[sides.index(side)][i : i + SLICE])
+        measure_alternating(a, b, small_run(random.Random(42), args.events // 4))
     finally:
         for proc in servers:
             proc.terminate()

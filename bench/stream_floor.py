@@ -204,6 +204,23 @@ class Side:
         return self.events / self.seconds
 
 
+def warm_up(sides: list[Side]) -> None:
+    """Every worker of each side serves a few batches of another run (imports, connections, caches)."""
+    warm = small_run(random.Random(1), 60 * BATCH // 4)
+    for side in sides:
+        with httpx.Client(headers={"Authorization": f"Bearer {side.key}"}, timeout=60) as client:
+            side.post(client, warm)
+
+
+def measure_alternating(a: Side, b: Side, events: list[dict[str, Any]]) -> None:
+    """Post `events` to both sides in slices of `SLICE`, in the order a, b, b, a, a, b, ...: a drift of
+    the machine's speed falls on both alike."""
+    for k, i in enumerate(range(0, len(events), SLICE)):
+        part = events[i : i + SLICE]
+        for side in (a, b) if k % 2 == 0 else (b, a):
+            side.measure(part)
+
+
 # --------------------------------------------------------------------------------------------------
 # The commit's own cost
 
@@ -263,17 +280,10 @@ def main() -> None:
         key = str(ids["key-stream"])
         floor = Side("floor", f"http://127.0.0.1:{ports[0]}/floor", key, servers[0], pg)
         ingest = Side("ingest", f"http://127.0.0.1:{ports[1]}/api/v1/ingest", key, servers[1], pg)
-        # Warm-up: every worker serves a few batches of another run (imports, connections, caches).
-        warm = small_run(random.Random(1), 60 * BATCH // 4)
-        for side in (floor, ingest):
-            with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=60) as client:
-                side.post(client, warm)
+        warm_up([floor, ingest])
         # The measured run: the same events to both (the floor's table is apart from traces_event).
         events = small_run(random.Random(42), args.events // 4)
-        for k, i in enumerate(range(0, len(events), SLICE)):
-            part = events[i : i + SLICE]
-            for side in (floor, ingest) if k % 2 == 0 else (ingest, floor):
-                side.measure(part)
+        measure_alternating(floor, ingest, events)
         commits = commit_cost(url, args.commits)
     finally:
         for proc in servers:
