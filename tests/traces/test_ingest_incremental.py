@@ -239,3 +239,37 @@ def test_a_continued_run_reads_back_none_of_the_batchs_own_events(
     one = Project.objects.create(team=project.team, slug="one-batch")
     ingest_events(one, events, source="api")
     assert projection_snapshot(project) == projection_snapshot(one)
+
+
+@pytest.mark.parametrize("size", [7, 13, 29])
+def test_a_batch_continuing_one_run_and_starting_another_writes_their_rows_together(
+    project: Project, monkeypatch: pytest.MonkeyPatch, turn_by_turn: list[bool], size: int
+) -> None:
+    """A batch cut across runs (a run continued, the next one begun, as bench/ingest.py's mix (a)
+    posts them): the continued run's new rows and counters go with the new run's writes, and every
+    run ends with the rows of a one-batch ingest."""
+    from traces.ingest import writing
+
+    continued: list[int] = []
+    real = writing.do_write_projections
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        continued.append(len(kwargs.get("continued", ())))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "do_write_projections", recording)
+    events = [e for i in range(3) for e in our_run(f"cut-{i}", agents=("planner", "critic"), turns=3)]
+    one = Project.objects.create(team=project.team, slug="one-batch")
+    expected = _ingest_in(one, [events])
+    continued.clear()
+    got = _ingest_in(project, [events[i : i + size] for i in range(0, len(events), size)])
+    assert got == expected
+    assert any(continued), "some batch wrote a continued run with a new one"
+    assert turn_by_turn and all(turn_by_turn)
+    assert Run.objects.filter(project=project, incremental=True).count() == 3
+    if size == 7:  # small batches across the runs, in order and shuffled, and rebuilt
+        continued.clear()
+        assert_converges(
+            Project.objects.create(team=project.team, slug="streamed"), events, seeds=range(1, 3)
+        )
+        assert any(continued)

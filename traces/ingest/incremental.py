@@ -49,7 +49,12 @@ from traces.models import (
 
 
 def do_project_turns(
-    project: Project, run: Run, new: list[TraceEvent], *, stored: list[_Row] | None = None
+    project: Project,
+    run: Run,
+    new: list[TraceEvent],
+    *,
+    stored: list[_Row] | None = None,
+    deferred: list[tuple[Run, _Projection]] | None = None,
 ) -> bool:
     """Re-project only the turns of `run` that `new` events touch (they are stored already).
 
@@ -63,13 +68,28 @@ def do_project_turns(
     it whole. Must run inside the transaction holding the run's lock.
 
     `stored`: the rows `rows_before_batch` read for a batch that holds `new`, before its rows were
-    written; without it, they are read here."""
+    written; without it, they are read here.
+
+    `deferred`: when given (the batch also holds new runs, whose rows the caller writes), a run with a
+    running tally has its new rows and counters appended there instead of written, so they go with
+    the new runs' (one COPY per table and one statement for the ids and counters of the whole batch,
+    instead of a JSON insert of their own). Why: PostgreSQL reads COPY text for less CPU than the
+    insert's JSON; for mix (a) of bench/ingest.py (every batch continues a run), PostgreSQL's CPU
+    per 50,000 events fell by ~10% and Python's rose by 4–6% (COPY text costs Python more than
+    msgspec's JSON) in bench/ingest_phases.py. PostgreSQL is the part web nodes share."""
     touched = _touched_turns(project, run, new, stored)
     if touched is None:
         return False
     dirty, turn_views = touched
+    tallied = _Tally.load(run) is not None
+    if deferred is not None and tallied:
+        proj, removed, _ = _replace_turn_rows(project, run, dirty, turn_views, take_ids=False)
+        counted = _update_counters(project, run, new, proj, removed)
+        if counted:
+            deferred.append((run, proj))
+        return counted  # not counted: the caller's whole-run projection writes the run
     proj, removed, ids = _replace_turn_rows(project, run, dirty, turn_views)
-    if _Tally.load(run) is None:
+    if not tallied:
         # No running tally yet: the counters are aggregates over the turn rows, the new ones included.
         _insert_projections([(run, proj)], ids=ids)
         counted = _update_counters(project, run, new, proj, removed)
@@ -150,11 +170,17 @@ def _touched_turns(
 
 
 def _replace_turn_rows(
-    project: Project, run: Run, dirty: set[tuple[str, int]], turn_views: list[TurnView]
+    project: Project,
+    run: Run,
+    dirty: set[tuple[str, int]],
+    turn_views: list[TurnView],
+    *,
+    take_ids: bool = True,
 ) -> tuple[_Projection, _Removed, list[list[int]] | None]:
     """Project the touched turns and delete their rows (and the touched agents' pins when a pin may
     have changed); the caller inserts the new ones. Returns the new rows, what the deleted turn and
-    step rows held, and (PostgreSQL) the ids of the new turn and step rows, taken by the delete."""
+    step rows held, and (PostgreSQL, with `take_ids`) the ids of the new turn and step rows, taken by
+    the delete."""
     proj, _ = _project_turns(turn_views)
     by_agent: dict[str, list[int]] = {}
     for agent, turn in sorted(dirty):
@@ -169,10 +195,11 @@ def _replace_turn_rows(
     ):
         pin_agents = {a for a, _ in dirty}
         proj.pins = _project_pins(project, run, pin_agents, in_dirty, turn_views)
-    removed, ids = _delete_turns(
-        run, by_agent, in_dirty, pin_agents, [(Turn, len(proj.turns)), (Step, len(proj.steps))]
+    wanted: list[tuple[type[models.Model], int]] = (
+        [(Turn, len(proj.turns)), (Step, len(proj.steps))] if take_ids else []
     )
-    return proj, removed, ids
+    removed, ids = _delete_turns(run, by_agent, in_dirty, pin_agents, wanted)
+    return proj, removed, ids if take_ids else None
 
 
 def _update_counters(
@@ -472,12 +499,17 @@ def _delete_turns(
             )
             params += [run.pk, sorted(pin_agents)]
         arrays, array_params = id_arrays(new_ids)
+        selected = [
+            "(SELECT json_agg(model) FROM d2 WHERE model <> '')",
+            f"(SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3)",
+            *arrays,
+        ]
         sql = (
-            "WITH " + ", ".join(f"d{i} AS ({p})" for i, p in enumerate(parts))
-            + " SELECT (SELECT json_agg(model) FROM d2 WHERE model <> ''),"
-            + f" (SELECT json_agg(json_build_array({', '.join(_TURN_VALUES)})) FROM d3), "
-            + ", ".join(arrays)
-        )  # fmt: skip
+            "WITH "
+            + ", ".join(f"d{i} AS ({p})" for i, p in enumerate(parts))
+            + " SELECT "
+            + ", ".join(selected)
+        )
         with prepared.cursor() as cursor:
             cursor.execute(sql, params + array_params)
             step_models, values, *ids = cursor.fetchone()

@@ -303,18 +303,27 @@ def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status
         # writes the raw events (`_insert_events`).
         projected = project_new_runs() if arbiter else _insert_events(new_rows, project_new_runs)
         reload: list[Run] = []
+        # With new runs in the batch, a continued run's new rows are written with theirs.
+        continued: list[tuple[Run, _Projection]] | None = [] if full else None
         for run in changed:
             if run.events == 0:
                 continue
             if not (run.incremental and _batch_is_local(fresh[run.run_id])):
                 reload.append(run)
-            elif not do_project_turns(project, run, fresh[run.run_id], stored=stored_before.get(run.run_id)):
+            elif not do_project_turns(
+                project, run, fresh[run.run_id], stored=stored_before.get(run.run_id), deferred=continued
+            ):
                 reload.append(run)  # a case the turn-by-turn path does not cover: project it whole
         events_of = _load_events(project, reload)
         events_of.update((run.pk, fresh[run.run_id]) for run in full)  # a new run's: all in the batch
         if full or reload:
             do_write_projections(
-                full + reload, events_of, replace=[run.pk for run in reload], projected=projected, tally=True
+                full + reload,
+                events_of,
+                replace=[run.pk for run in reload],
+                projected=projected,
+                tally=True,
+                continued=continued or (),
             )
     return statuses
 
@@ -451,6 +460,7 @@ def do_write_projections(
     replace: list[int],
     projected: Sequence[_Projection] = (),
     tally: bool = False,
+    continued: Sequence[tuple[Run, _Projection]] = (),
 ) -> None:
     """Replace the projection rows of `runs` with ones computed from `events_of[run.pk]`.
 
@@ -458,7 +468,8 @@ def do_write_projections(
     projection rows already (they are deleted first); the others are known to have none. `projected`,
     when given, holds the projections of the first runs (`project_run` of their events), computed
     already. `tally`: `events_of` holds every stored event of each run, so the runs' `tally` is written
-    (`whole_run_tally`) for their next live batches."""
+    (`whole_run_tally`) for their next live batches. `continued`: runs projected turn by turn whose
+    new rows and counters are written here too (`do_project_turns`'s `deferred`)."""
     if replace:
         _delete_projections(replace)
     projections = [*projected, *(project_run(events_of[run.pk]) for run in runs[len(projected) :])]
@@ -469,4 +480,5 @@ def do_write_projections(
         run.updated_at = now
         if tally:
             run.tally = whole_run_tally(events_of[run.pk], proj, now)
-    _insert_projections(list(zip(runs, projections, strict=True)), update=runs)
+    items = [*zip(runs, projections, strict=True), *continued]
+    _insert_projections(items, update=[run for run, _ in items])
