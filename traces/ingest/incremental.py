@@ -74,9 +74,10 @@ def do_project_turns(
     running tally has its new rows and counters appended there instead of written, so they go with
     the new runs' (one COPY per table and one statement for the ids and counters of the whole batch,
     instead of a JSON insert of their own). Why: PostgreSQL reads COPY text for less CPU than the
-    insert's JSON; for mix (a) of bench/ingest.py (every batch continues a run), PostgreSQL's CPU
-    per 50,000 events fell by ~10% and Python's rose by 4–6% (COPY text costs Python more than
-    msgspec's JSON) in bench/ingest_phases.py. PostgreSQL is the part web nodes share."""
+    insert's JSON. For mix (a) of bench/ingest.py (every batch continues a run), in one process,
+    four runs alternating with the code before: PostgreSQL's CPU per 50,000 events 4–12% lower,
+    Python's 2–6% higher (COPY text costs Python more than msgspec's JSON). PostgreSQL is the part
+    that every web node shares."""
     touched = _touched_turns(project, run, new, stored)
     if touched is None:
         return False
