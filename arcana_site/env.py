@@ -129,6 +129,8 @@ def parse_database_url(name: str, value: str) -> DatabaseURL:
     if not config.get("NAME"):
         raise ImproperlyConfigured(f"{name} must name a database, e.g. postgres://host/arcana, got {value!r}")
     config["PORT"] = str(config.get("PORT") or "")
+    # Django's PostgreSQL backend with a health check that skips a connection known alive.
+    config["ENGINE"] = "arcana_site.postgres"
     return DatabaseURL(engine="postgres", config=config)
 
 

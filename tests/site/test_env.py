@@ -50,7 +50,7 @@ def test_it_switches_database_by_url() -> None:
         "DATABASE_URL", default="", environ={"DATABASE_URL": "postgres://u:p%40ss@db.local:6543/arcana"}
     )
     conf = pg.to_django()
-    assert conf["ENGINE"] == "django.db.backends.postgresql"
+    assert conf["ENGINE"] == "arcana_site.postgres"
     assert (conf["NAME"], conf["USER"], conf["PASSWORD"], conf["HOST"], conf["PORT"]) == (
         "arcana",
         "u",
