@@ -261,12 +261,48 @@ class TraceEvent:
             )
         extra_keys = data.keys() - _ENVELOPE_SET
         extra = {k: v for k, v in data.items() if k in extra_keys} if extra_keys else {}
-        obj = object.__new__(cls)
         fields = {k: get(k) for k in _FIELD_KEYS}
         fields["llm_latency_ms"] = latency
         fields["metadata"] = metadata
         fields["extra"] = extra
-        fields["timestamp_dt"] = ts  # the cached_property's slot
+        return cls._filled(fields, ts)
+
+    @classmethod
+    def from_typed(cls, fields: dict[str, Any]) -> TraceEvent | None:
+        """`from_dict` for the values of a decoder that checked the envelope's types itself: `fields`
+        holds every key of `ENVELOPE_KEYS` and no other, each a string or None, `tool_call` / `budgets`
+        / `metadata` an object or None, `llm_latency_ms` a finite number (not a boolean) or None.
+
+        Returns the event, or None when a value breaks a rule beyond its type (a missing, empty or too
+        long id, a `/` in one, a timestamp missing or not ISO-8601): the caller then runs `from_dict`
+        on the decoded object, which words the error. `fields` becomes the event's own (not copied)."""
+        for key in _REQUIRED_STR:
+            value = fields[key]
+            if not value or len(value) > MAX_ID_LENGTH:
+                return None
+        if _ID_FORBIDDEN.search(fields["run_id"]) or _ID_FORBIDDEN.search(fields["step_id"]):
+            return None
+        timestamp = fields["timestamp"]
+        if timestamp is None:
+            return None
+        try:
+            ts = parse_timestamp(timestamp)
+        except ValueError:
+            return None
+        latency = fields["llm_latency_ms"]
+        if latency is not None:
+            fields["llm_latency_ms"] = int(latency)
+        if fields["metadata"] is None:
+            fields["metadata"] = {}
+        fields["extra"] = {}
+        return cls._filled(fields, ts)
+
+    @classmethod
+    def _filled(cls, fields: dict[str, Any], timestamp_dt: datetime) -> TraceEvent:
+        """The event holding `fields` (every field, checked) and `timestamp_dt`, without the frozen
+        dataclass's __init__ (one setattr per field)."""
+        obj = object.__new__(cls)
+        fields["timestamp_dt"] = timestamp_dt  # the cached_property's slot
         obj.__dict__.update(fields)
         return obj
 

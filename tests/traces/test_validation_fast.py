@@ -3,6 +3,7 @@ gives the same verdict and the same message as the general walk on any input."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.ingest import conversation_run
+from runtime import TraceEvent
 from runtime.errors import TraceFormatError
 from traces.ingest import check_event
 from traces.ingest import validation as v
@@ -182,6 +184,18 @@ ENVELOPE = st.fixed_dictionaries(
         "llm_latency_ms": st.one_of(st.none(), st.integers(min_value=-5, max_value=2**40), st.floats()),
         "model": st.one_of(st.none(), st.text(max_size=4), st.integers()),
         "tool_call": st.one_of(st.none(), st.dictionaries(KEYS, SCALARS, max_size=2), st.integers()),
+        # The typed decode (`_event_of`) takes what has the envelope's types and declines the rest.
+        "role": st.one_of(
+            st.none(), st.just("assistant"), st.booleans(), st.lists(st.integers(), max_size=1)
+        ),
+        "task_id": st.one_of(st.none(), st.text(max_size=3), st.floats(allow_nan=False)),
+        "stop_detail": st.one_of(st.none(), st.just("x\n\u00e9"), st.dictionaries(KEYS, SCALARS, max_size=1)),
+        "budgets": st.one_of(
+            st.none(), st.dictionaries(KEYS, SCALARS, max_size=2), st.lists(SCALARS, max_size=2)
+        ),
+        "llm_response_digest": st.one_of(st.none(), st.just("sha256:ab")),
+        "other": SCALARS,  # a key beside the envelope's: kept in `extra`
+        "Model": st.text(max_size=2),
     },
 )
 
@@ -218,8 +232,12 @@ def _answers(body: bytes | str, *, walk: bool) -> Any:
     events = payload.get("events") if isinstance(payload, dict) else None
     if not isinstance(events, list):
         return "not a batch", repr(payload)
-    if walk and raws is not None:
-        raws = list(raws)  # not parse_batch's own list: the walk runs on every event
+    if walk:
+        # The body decoded element by element, as plain values, and walked: the reference.
+        with mock.patch.object(v, "_fast_batch", return_value=None):
+            payload, raws = v.parse_batch(body)
+        events = payload["events"]
+        raws = None if raws is None else list(raws)  # not parse_batch's own list: the walk runs
     ok, bad = v.check_events(events, raw_texts=raws)
     return [(c.index, repr(c.event), c.raw) for c in ok], [(r.index, r.error, r.field) for r in bad]
 
@@ -310,13 +328,42 @@ def test_the_usual_bodies_are_proved() -> None:
 # element-by-element scan with json's decoder, for any body; it declines what it cannot match.
 
 
-def _parsed(body: bytes) -> Any:
-    try:
-        payload, raws = v.parse_batch(body)
-    except ValueError as exc:
-        return "not JSON", str(exc)
+def _parsed(body: bytes, *, fast: bool) -> Any:
+    """`parse_batch(body)` with msgspec (`fast`, as the ingest runs) or by the element-by-element scan."""
+    scan = contextlib.nullcontext() if fast else mock.patch.object(v, "_fast_batch", return_value=None)
+    with scan:
+        try:
+            return v.parse_batch(body)
+        except ValueError as exc:
+            return "not JSON", str(exc)
+
+
+def _shown(parsed: Any, typed: list[bool]) -> Any:
+    """`parse_batch`'s answer as compared: the events `typed` marks (the ones msgspec gave as a
+    `TraceEvent`, `_event_of`) shown as that event, or for the scan's value as the event
+    `TraceEvent.from_dict` reads from it (so it must read one)."""
+    payload, raws = parsed
+    if payload == "not JSON":
+        return parsed
     plain = isinstance(raws, v.BodyTexts) and raws.plain_events is payload.get("events")
+    if typed:
+        shown = [_event_shown(e) if t else e for e, t in zip(payload["events"], typed, strict=True)]
+        payload = {**payload, "events": shown}
     return repr(payload), None if raws is None else list(raws), type(raws).__name__, plain
+
+
+def _event_shown(event: Any) -> Any:
+    if event.__class__ is not TraceEvent:
+        event = TraceEvent.from_dict(event)
+    return ("TraceEvent", repr(event), event.timestamp_dt)
+
+
+def _fast_and_scan(body: bytes) -> tuple[Any, Any]:
+    """What msgspec's decoding and the scan give for `body`, shown alike."""
+    fast, scan = _parsed(body, fast=True), _parsed(body, fast=False)
+    events = fast[0].get("events") if isinstance(fast[0], dict) else None
+    typed = [e.__class__ is TraceEvent for e in events] if isinstance(events, list) else []
+    return _shown(fast, typed), _shown(scan, typed)
 
 
 @settings(max_examples=300, deadline=None)
@@ -330,9 +377,8 @@ def test_msgspec_decodes_a_body_as_the_scan_does(body: bytes, floats: list[float
                             "timestamp": "2026-11-30T00:00:00Z", "metadata": {"f": PLACEHOLDER}})  # fmt: skip
         extra = extra.replace(json.dumps(PLACEHOLDER), "[" + ", ".join(spellings) + "]")
         body = b'{"events": [' + extra.encode() + b", " + body[len(b'{"events": [') :]
-    fast = _parsed(body)
-    with mock.patch.object(v, "_fast_batch", return_value=None):
-        assert fast == _parsed(body)
+    fast, scan = _fast_and_scan(body)
+    assert fast == scan
 
 
 def test_msgspec_declines_what_json_reads_otherwise() -> None:
@@ -352,9 +398,8 @@ def test_msgspec_declines_what_json_reads_otherwise() -> None:
         b'{"events": [1,]}',
     ]:
         assert v._fast_batch(body) is None, body
-        fast = _parsed(body)
-        with mock.patch.object(v, "_fast_batch", return_value=None):
-            assert fast == _parsed(body)
+        fast, scan = _fast_and_scan(body)
+        assert fast == scan
 
 
 def test_msgspec_reads_repeated_keys_and_odd_spellings_as_json_does() -> None:
@@ -366,9 +411,8 @@ def test_msgspec_reads_repeated_keys_and_odd_spellings_as_json_does() -> None:
     for body in ['{"events": [' + event + "]}", '{ "events" :[ ' + event + " , " + event + " ] }\n"]:
         data = body.encode()
         assert v._fast_batch(data) is not None
-        fast = _parsed(data)
-        with mock.patch.object(v, "_fast_batch", return_value=None):
-            assert fast == _parsed(data)
+        fast, scan = _fast_and_scan(data)
+        assert fast == scan
 
 
 def test_msgspec_takes_the_usual_bodies() -> None:
@@ -384,5 +428,8 @@ def test_msgspec_takes_the_usual_bodies() -> None:
             fast = v._fast_batch(body)
             assert fast is not None
             payload, texts = fast
-            assert payload["events"] == events and texts.plain_events is payload["events"]
+            # Every event of the usual shape comes out parsed (`_event_of`), as `from_dict` reads it.
+            assert all(e.__class__ is TraceEvent for e in payload["events"])
+            assert payload["events"] == [TraceEvent.from_dict(e) for e in events]
+            assert texts.plain_events is payload["events"]
             assert [json.loads(t) for t in texts] == events and all(t in body.decode() for t in texts)

@@ -13,7 +13,8 @@ Modules: `validation` (`check_*`, request bodies), `writing` (`ingest_events`, `
 Contract of `ingest_events(project, events, source=...)`:
 
 1. Each item is checked on its own (`check_event`): the Arcana envelope through `TraceEvent.from_dict`
-   (the product's one parser). Unknown event types and metadata keys are legal and kept raw. A bad item
+   (the product's one parser; for a request body msgspec decodes, `TraceEvent.from_typed` when the
+   decoder checked the envelope's types itself). Unknown event types and metadata keys are legal and kept raw. A bad item
    is `rejected` with its index and reason; the other items are still written.
 2. Raw first and idempotent: an event is keyed by `(project, run_id, step_id)`. One already stored (or
    repeated earlier in the same batch) is a `duplicate` and changes nothing.

@@ -157,7 +157,11 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
 def _check_envelope(data: Any, index: int | None) -> TraceEvent:
     """`check_event` after the walk over every value (or for a value whose JSON text proved that the
     walk finds nothing: `_plain_body`)."""
-    ev = TraceEvent.from_dict(data, line=index)
+    return _check_ranges(TraceEvent.from_dict(data, line=index), index)
+
+
+def _check_ranges(ev: TraceEvent, index: int | None) -> TraceEvent:
+    """The rules beyond the envelope's (`from_dict`'s): what the columns and pages can hold."""
     ts = ev.timestamp_dt
     # Aware datetimes compare as instants: the same verdict as comparing `ts.astimezone(UTC)`, which
     # cannot be computed (OverflowError) exactly when the instant is outside years 1–9999.
@@ -229,7 +233,10 @@ def check_events(
 def _check_plain(data: Any) -> TraceEvent:
     """`check_event` for an item of a body `_plain_body` proved: no NUL, no lone surrogate, no number
     out of range, nothing nested too deep anywhere in it."""
-    if data.__class__ is Undecodable:  # never in a proved body; kept so the two agree on any input
+    cls = data.__class__
+    if cls is TraceEvent:  # parsed while the body was decoded (`_event_of`)
+        return _check_ranges(data, None)
+    if cls is Undecodable:  # never in a proved body; kept so the two agree on any input
         raise TraceFormatError(data.reason)
     return _check_envelope(data, None)
 
@@ -409,6 +416,9 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
     For a UTF-8 body (`bytes`) of the usual shape whose text proves that no value breaks a rule of the
     walk (`_plain_body`), `raw_texts` is a `BodyTexts` and `check_events` skips the walk. Such a body is
     decoded by msgspec when it can (`_fast_batch`), else element by element with `json`'s decoder.
+    msgspec gives an event of the usual shape (envelope keys only, of the envelope's types) as the
+    `TraceEvent` already parsed from it (`_event_of`), not as a dict: `check_events` then checks only
+    what the envelope's parse does not (`_check_ranges`).
     """
     data = bytes(body) if isinstance(body, bytearray) else body
     try:
@@ -446,8 +456,45 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     events: list[msgspec.Raw]
 
 
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """An event whose keys are all envelope keys, each of the envelope's type (`TraceEvent.from_typed`):
+    decoded into these fields by msgspec, which checks the types as it reads. Any other event (another
+    key beside these, a value of another type, not an object) is decoded as a plain value instead."""
+
+    run_id: str | None = None
+    task_id: str | None = None
+    step_id: str | None = None
+    parent_step_id: str | None = None
+    timestamp: str | None = None
+    role: str | None = None
+    event_type: str | None = None
+    state_before_hash: str | None = None
+    state_after_hash: str | None = None
+    llm_request_digest: str | None = None
+    llm_response_digest: str | None = None
+    model: str | None = None
+    llm_latency_ms: int | float | None = None
+    tool_call: dict[str, Any] | None = None
+    budgets: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    stop_detail: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
 _decode_body = msgspec.json.Decoder(_Body).decode
 _decode_event = msgspec.json.Decoder().decode
+_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+_envelope_fields = msgspec.structs.asdict
+
+
+def _event_of(raw: msgspec.Raw) -> Any:
+    """An event of a body msgspec decodes: the `TraceEvent` when its envelope is of the usual shape and
+    passes `TraceEvent.from_typed`, else its decoded value (checked by `from_dict` as any other)."""
+    try:
+        event = TraceEvent.from_typed(_envelope_fields(_decode_envelope(raw)))
+    except msgspec.DecodeError:  # a key or a type of another shape (ValidationError), or any doubt
+        event = None
+    return _decode_event(raw) if event is None else event
 
 
 def _fast_batch(body: bytes) -> tuple[dict[str, Any], BodyTexts] | None:
@@ -462,7 +509,7 @@ def _fast_batch(body: bytes) -> tuple[dict[str, Any], BodyTexts] | None:
     text is its exact bytes (`msgspec.Raw`), decoded as strict UTF-8."""
     try:
         raw_events = _decode_body(body).events
-        events = [_decode_event(raw) for raw in raw_events]
+        events = [_event_of(raw) for raw in raw_events]
         texts = BodyTexts([bytes(raw).decode("utf-8") for raw in raw_events])
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError, ValueError):
         return None
