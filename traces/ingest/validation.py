@@ -142,6 +142,9 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
     `field` set when one value is to blame). See the module docstring for the rules."""
     if data.__class__ is Undecodable:
         raise TraceFormatError(data.reason, line=index)
+    parsed = data.__class__ is TraceEvent  # parsed while its body was decoded (`_event_of`)
+    if parsed:
+        data = data.to_dict()  # walked as the object it was read from, then its ranges checked
     if isinstance(data, dict):
         # Before the envelope: `from_dict` must never see a NaN (int(nan) raises) or a NUL.
         problem = _scan(data, 1)
