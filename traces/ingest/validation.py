@@ -37,6 +37,7 @@ from typing import Any, Literal
 import msgspec
 
 from runtime import TraceEvent
+from runtime._trace import ENVELOPE_KEYS
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
 Status = Literal["accepted", "duplicate", "rejected"]
@@ -459,29 +460,21 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     events: list[msgspec.Raw]
 
 
-class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
-    """An event whose keys are all envelope keys, each of the envelope's type (`TraceEvent.from_typed`):
-    decoded into these fields by msgspec, which checks the types as it reads. Any other event (another
-    key beside these, a value of another type, not an object) is decoded as a plain value instead."""
-
-    run_id: str | None = None
-    task_id: str | None = None
-    step_id: str | None = None
-    parent_step_id: str | None = None
-    timestamp: str | None = None
-    role: str | None = None
-    event_type: str | None = None
-    state_before_hash: str | None = None
-    state_after_hash: str | None = None
-    llm_request_digest: str | None = None
-    llm_response_digest: str | None = None
-    model: str | None = None
-    llm_latency_ms: int | float | None = None
-    tool_call: dict[str, Any] | None = None
-    budgets: dict[str, Any] | None = None
-    stop_reason: str | None = None
-    stop_detail: str | None = None
-    metadata: dict[str, Any] | None = None
+#: An event whose keys are all envelope keys, each of the envelope's type (`TraceEvent.from_typed`):
+#: decoded into these fields by msgspec, which checks the types as it reads. Any other event (another
+#: key beside these, a value of another type, not an object) is decoded as a plain value instead.
+#: Made from `ENVELOPE_KEYS`, so it follows the envelope.
+_ENVELOPE_TYPES: dict[str, Any] = {
+    "llm_latency_ms": int | float | None,
+    "tool_call": dict[str, Any] | None,
+    "budgets": dict[str, Any] | None,
+    "metadata": dict[str, Any] | None,
+}
+_Envelope = msgspec.defstruct(
+    "_Envelope",
+    [(key, _ENVELOPE_TYPES.get(key, str | None), None) for key in ENVELOPE_KEYS],
+    forbid_unknown_fields=True,
+)
 
 
 _decode_body = msgspec.json.Decoder(_Body).decode
