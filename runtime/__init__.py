@@ -11,7 +11,7 @@ from ._providers import PRESETS, OpenAICompatibleProvider, ProviderTimeouts, Scr
 from ._session import AgentPool, ChatSession, Reply, Runtime
 from ._tokens import CalibratedCounter, TokenCounter
 from ._tools import Tool, tool
-from ._trace import TraceEvent
+from ._trace import ENVELOPE_KEYS, TraceEvent
 from ._trace_reader import TraceReader
 from ._trace_writer import CallableSink, JsonlFileSink, MultiSink, TraceSink, TraceWriter
 from ._working_set import (
@@ -73,6 +73,7 @@ __all__ = [
     "ContextOverflowError",
     "ContextReport",
     "ContextStrategy",
+    "ENVELOPE_KEYS",
     "HttpBatchSink",
     "JsonlFileSink",
     "MessageDecision",

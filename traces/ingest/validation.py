@@ -36,8 +36,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from runtime import TraceEvent
-from runtime._trace import ENVELOPE_KEYS
+from runtime import ENVELOPE_KEYS, TraceEvent
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
 Status = Literal["accepted", "duplicate", "rejected"]
