@@ -3,15 +3,16 @@ for any values, of the column's type or not."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import models
-from hypothesis import given, settings
+from django.db import connection, models
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.ingest.bulk import _columns, _copy_line, _json_text, _line_writer
+from traces.ingest.bulk import _columns, _copy_line, _dumps, _json_text, _line_writer
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Step, Turn
 
 MODELS = [Turn, Step, ContextDecision, PrimitiveEvent, Pin]
@@ -60,27 +61,50 @@ def test_typed_values_take_the_inline_path_and_agree() -> None:
     assert "a\\tb\\\\c" in _line_writer(Step)(row)
 
 
-_any_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda kids: st.lists(kids, max_size=3)
-    | st.dictionaries(st.text() | st.integers() | st.floats() | st.booleans() | st.none(), kids, max_size=3),
-    max_leaves=10,
-)
+def _json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    """JSON values as a JSON column holds them: a decoded event's, or built from them (string keys)."""
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | text,
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(text, kids, max_size=3),
+        max_leaves=10,
+    )
+
+
+_any_json = _json_values(st.text())
+# What a stored event may hold (validation refuses a NUL, which jsonb refuses too).
+_stored_json = _json_values(st.text(alphabet=st.characters(blacklist_characters="\x00")))
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @settings(max_examples=300, deadline=None)
 @given(value=_any_json)
-def test_json_columns_are_written_as_the_encoder_writes_them(value: Any) -> None:
-    import json
+def test_a_json_column_holds_the_value_the_encoder_writes(value: Any) -> None:
+    assert json.loads(_dumps(value)) == json.loads(_ENCODER.encode(value))
 
-    from traces.ingest.bulk import _dumps
 
-    assert _dumps(value) == json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode(value)
+def test_a_float_not_finite_is_written_as_null() -> None:
+    # Never in a stored event (validation refuses NaN and infinities); written as no JSON reader refuses.
+    assert _dumps([float("nan"), float("inf"), 1.5]) == "[null,null,1.5]"
+
+
+def test_a_value_msgspec_refuses_is_written_by_the_encoder() -> None:
+    assert _dumps({True: 1, None: 2, 1.5: 3}) == _ENCODER.encode({True: 1, None: 2, 1.5: 3})
+    assert _dumps(["\ud800"]) == _ENCODER.encode(["\ud800"])
+    assert _dumps(2**80) == str(2**80)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's jsonb")
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=_stored_json)
+def test_postgresql_stores_the_same_jsonb_from_either_text(value: Any) -> None:
+    """A float's exponent is spelled otherwise by msgspec (`1e16`, `1e+16`): jsonb keeps the value."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::jsonb = %s::jsonb", [_dumps(value), _ENCODER.encode(value)])
+        assert cursor.fetchone() == (True,)
 
 
 def test_a_cycle_is_refused_as_the_encoder_refuses_it() -> None:
-    from traces.ingest.bulk import _dumps
-
     cycle: list[Any] = []
     cycle.append(cycle)
     with pytest.raises(ValueError, match="Circular reference"):
