@@ -48,6 +48,33 @@ class NormalizedEvent:
         return self.event.event_type
 
 
+def _normalized(
+    index: int,
+    event: TraceEvent,
+    turn: int | None,
+    step: int | None,
+    agent: str | None,
+    step_key: str | None,
+    producer: str,
+) -> NormalizedEvent:
+    """`NormalizedEvent(...)` without the frozen dataclass's `__init__`, which sets each of the seven
+    fields through `object.__setattr__`: 0.26 against 0.73 us here, once per event of every
+    projection (`normalize_events`). The same object: equal, frozen, of the same class."""
+    ne = _new_object(NormalizedEvent)
+    fields = ne.__dict__
+    fields["index"] = index
+    fields["event"] = event
+    fields["turn"] = turn
+    fields["step"] = step
+    fields["agent"] = agent
+    fields["step_key"] = step_key
+    fields["producer"] = producer
+    return ne
+
+
+_new_object = object.__new__
+
+
 @dataclass
 class StepView:
     """One LLM call and what surrounds it: decision, snapshot, `turn` event, tool/primitive/LLM calls."""
@@ -165,13 +192,13 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
             if iteration is not None:
                 turn, step = iteration + 1, 1
                 key = ev.parent_step_id or f"{agent or ''}#{turn}.1"
-        normalized = NormalizedEvent(i, ev, turn, step, agent, key, producer)
+        normalized = _normalized(i, ev, turn, step, agent, key, producer)
         if turn is None and ev.event_type == "llm_call" and not ours:
             pending.append(len(out))
         elif turn is not None and pending:
             for pos in pending:
                 prev = out[pos]
-                out[pos] = NormalizedEvent(
+                out[pos] = _normalized(
                     prev.index, prev.event, turn, step, prev.agent or agent, key, prev.producer
                 )
             pending = []
@@ -187,7 +214,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
         if ne.turn is not None and ne.step is not None:
             real = by_number.get((ne.agent, ne.turn, ne.step))
             if real is not None and ne.step_key != real:
-                ne = NormalizedEvent(ne.index, ne.event, ne.turn, ne.step, ne.agent, real, ne.producer)
+                ne = _normalized(ne.index, ne.event, ne.turn, ne.step, ne.agent, real, ne.producer)
         fixed.append(ne)
     return fixed
 

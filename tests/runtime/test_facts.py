@@ -4,15 +4,19 @@ provider for the same situations."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import runtime
 from runtime import facts as F
 from runtime._trace import TraceEvent
 from runtime._trace_reader import TraceReader
+from runtime.facts._events import _normalized
 from tests.runtime.trace_scenarios import (
     ARCANA_500_SEND,
     ARCANA_BUNDLE,
@@ -227,3 +231,24 @@ def test_run_links_name_the_bundle_and_the_delegating_run(arcana: TraceReader) -
 
 def test_fixtures_are_where_the_scenarios_say() -> None:
     assert (Path(UNSEEN) / "pool" / f"{ARCANA_PLANNER}.jsonl").exists()
+
+
+@given(
+    index=st.integers(1, 10**6),
+    turn=st.none() | st.integers(1, 500),
+    step=st.none() | st.integers(1, 50),
+    agent=st.none() | st.text(max_size=8),
+    key=st.none() | st.text(max_size=12),
+    producer=st.sampled_from(["arcana-console", "arcana-1.2"]),
+)
+def test_a_normalized_event_built_fast_is_the_dataclass_one(
+    index: int, turn: int | None, step: int | None, agent: str | None, key: str | None, producer: str
+) -> None:
+    ev = TraceEvent.new("turn", run_id="r")
+    fast = _normalized(index, ev, turn, step, agent, key, producer)
+    slow = F.NormalizedEvent(index, ev, turn, step, agent, key, producer)
+    assert type(fast) is F.NormalizedEvent
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.turn = 3  # type: ignore[misc]
