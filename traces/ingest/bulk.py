@@ -51,8 +51,9 @@ def _insert_projections(
     `id_arrays`); the counters then go with a small batch's rows."""
     turns: list[dict[str, Any]] = []
     for run, proj in items:
+        run_pk = run.pk  # a property of Django's (a lookup each time): once per run, not per row
         for t in proj.turns:
-            t["run_id"] = run.pk
+            t["run_id"] = run_pk
             turns.append(t)
     n_steps = sum(len(proj.steps) for _, proj in items)
     n_rows = len(turns) + n_steps + sum(len(p.decisions) + len(p.primitives) + len(p.pins) for _, p in items)
@@ -96,8 +97,9 @@ def _insert_projections(
         steps: list[dict[str, Any]] = []
         base = 0
         for run, proj in items:
+            run_pk = run.pk
             for t_index, step in proj.steps:
-                step["run_id"] = run.pk
+                step["run_id"] = run_pk
                 step["turn_id"] = turn_ids[base + t_index]
                 steps.append(step)
             base += len(proj.turns)
@@ -107,16 +109,17 @@ def _insert_projections(
         pins: list[dict[str, Any]] = []
         base = 0
         for run, proj in items:
+            run_pk = run.pk
             for s_index, decision in proj.decisions:
-                decision["run_id"] = run.pk
+                decision["run_id"] = run_pk
                 decision["step_id"] = step_ids[base + s_index]
                 decisions.append(decision)
             for s_index_or_none, prim in proj.primitives:
-                prim["run_id"] = run.pk
+                prim["run_id"] = run_pk
                 prim["step_id"] = step_ids[base + s_index_or_none] if s_index_or_none is not None else None
                 primitives.append(prim)
             for pin in proj.pins:
-                pin["run_id"] = run.pk
+                pin["run_id"] = run_pk
                 pins.append(pin)
             base += len(proj.steps)
         if small:
