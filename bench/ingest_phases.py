@@ -59,6 +59,7 @@ PHASES = [
     ("traces.ingest.writing", "do_ingest", True),  # its own loops, and the commit
     ("traces.ingest.writing", "_lock_runs", False),
     ("traces.ingest.writing", "_stored_keys", False),
+    ("traces.ingest.writing", "_insert_unless_stored", False),  # its savepoint
     ("traces.ingest.writing", "rows_before_batch", False),
     ("traces.ingest.writing", "_insert_events", True),
     ("traces.ingest.writing", "project_run", True),
