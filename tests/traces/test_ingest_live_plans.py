@@ -169,3 +169,39 @@ def test_any_split_and_order_of_a_live_run_gives_the_rows_of_one_batch(
     for lo, hi in zip([0, *cuts], [*cuts, len(events)], strict=True):
         ingest.ingest_events(streamed, [events[i] for i in order[lo:hi]], source="api")
     assert projection_snapshot(streamed) == projection_snapshot(one)
+
+
+def _most_read(plan: dict[str, Any], table: str) -> int:
+    """The most rows any scan node of the plan read from `table`."""
+    here = int(plan.get("Actual Rows", 0)) if plan.get("Relation Name") == table else 0
+    return max([here, *(_most_read(p, table) for p in plan.get("Plans", []))])
+
+
+@postgresql_only
+@pytest.mark.django_db
+@pytest.mark.parametrize("size", [20, 120], ids=["live batch", "large batch"])
+def test_a_batch_writes_its_runs_counters_without_reading_the_other_runs(project: Project, size: int) -> None:
+    """The UPDATE of a batch's runs finds them by primary key, however many runs the table holds (it
+    was planned as a hash join over a scan of every run)."""
+    md = {"producer": "arcana-console", "turn": 1, "step": 1}
+    others = [envelope(f"other-{n}", "turn", md) for n in range(300)]
+    assert ingest.ingest_events(project, others, source="api").accepted == 300
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE traces_run")
+    events = _stream("counted", 120)
+    assert ingest.ingest_events(project, events[:50], source="api").accepted == 50
+    with CaptureQueriesContext(connection) as ctx:
+        assert ingest.ingest_events(project, events[50 : 50 + size], source="api").accepted == size
+    # The batch's statement that wrote the run's counters (with its rows, or with their ids) …
+    ran = [q["sql"] for q in ctx.captured_queries if 'UPDATE "traces_run"' in q["sql"]]
+    assert len(ran) == 1
+    # … is this one, whose plan reads one run.
+    run = Run.objects.get(project=project, run_id="counted")
+    sql, params = ingest.bulk._update_runs_statement([run])
+    assert sql.split(" FROM ")[0] in ran[0]
+    with connection.cursor() as cursor, transaction.atomic():
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        (plan,) = cursor.fetchone()
+        transaction.set_rollback(True)
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    assert _most_read(plan[0]["Plan"], "traces_run") == 1

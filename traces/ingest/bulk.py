@@ -155,11 +155,11 @@ def _insert_small(
     parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips. The
     counters of the runs in `update` are written by the same statement (`_update_runs`)."""
     parts: list[str] = []
-    params: list[str] = []
+    params: list[Any] = []
     if update:
-        update_sql, param = _update_runs_statement(list(update))
+        update_sql, update_params = _update_runs_statement(list(update))
         parts.append(update_sql)
-        params.append(param)
+        params += update_params
     qn = connection.ops.quote_name
     for model, rows, ids in tables:
         if not rows:
@@ -260,9 +260,9 @@ def _update_runs(runs: list[Run]) -> None:
     if not runs:
         return
     if connection.vendor == "postgresql":
-        sql, param = _update_runs_statement(runs)
+        sql, params = _update_runs_statement(runs)
         with prepared.cursor() as cursor:
-            cursor.execute(sql, [param])
+            cursor.execute(sql, params)
         return
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
     qn = connection.ops.quote_name
@@ -279,8 +279,13 @@ def _update_runs(runs: list[Run]) -> None:
         cursor.executemany(sql, params)
 
 
-def _update_runs_statement(runs: list[Run]) -> tuple[str, str]:
-    """PostgreSQL: `_update_runs`'s UPDATE of `runs` and its one parameter (the rows as JSON text)."""
+def _update_runs_statement(runs: list[Run]) -> tuple[str, list[Any]]:
+    """PostgreSQL: `_update_runs`'s UPDATE of `runs` and its parameters (the rows as one JSON text, and
+    their ids).
+
+    The ids are also given as an array the primary key is matched against: joined only to the
+    function's rows (which the planner takes for 100), the runs table was read whole (a sequential scan
+    of every project's runs, 0.4 ms a batch at 2,250 runs and growing with the table)."""
     fields = [_column_field(Run, name) for name in _RUN_FIELDS]
     qn = connection.ops.quote_name
     table = qn(Run._meta.db_table)
@@ -293,9 +298,9 @@ def _update_runs_statement(runs: list[Run]) -> tuple[str, str]:
     sets = ", ".join(f"{qn(f.column)} = j.{qn(f.column)}" for f in fields)
     sql = (
         f"UPDATE {table} AS r SET {sets} FROM json_populate_recordset(NULL::{table}, %s) AS j "
-        f"WHERE r.{qn('id')} = j.{qn('id')}"
-    )  # noqa: S608  (names are ours; values are one parameter)
-    return sql, _json_rows(json_rows, Run)
+        f"WHERE r.{qn('id')} = j.{qn('id')} AND r.{qn('id')} = ANY(%s::bigint[])"
+    )  # noqa: S608  (names are ours; values are parameters)
+    return sql, [_json_rows(json_rows, Run), [run.pk for run in runs]]
 
 
 @functools.cache
@@ -333,9 +338,9 @@ def _allocate_ids(
     params: list[Any] = []
     sql = "SELECT " + ", ".join(cols)
     if update:
-        update_sql, param = _update_runs_statement(list(update))
+        update_sql, update_params = _update_runs_statement(list(update))
         sql = f"WITH u AS ({update_sql}) {sql}"
-        params.append(param)
+        params += update_params
     params += id_params
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
