@@ -141,10 +141,39 @@ def _error_text(error: Any) -> str | None:
     return error if isinstance(error, str) else json.dumps(error, ensure_ascii=False)
 
 
-def _result(**values: Any) -> ToolResult:
-    base: dict[str, Any] = dict.fromkeys(ToolResult.__annotations__)
-    base.update(values)
-    return base  # type: ignore[return-value]
+def _result(
+    *,
+    tool_call_id: str | None,
+    name: str,
+    arguments: Any,
+    result: Any = None,
+    recorded: bool,
+    error: str | None,
+    error_category: str | None = None,
+    duration_ms: int | None = None,
+    side_effect: str | None = None,
+    args_digest: str | None = None,
+    result_digest: str | None = None,
+    ok: bool,
+    event: str | None,
+) -> ToolResult:
+    # Written out, in `ToolResult`'s key order (a projected step's JSON keeps it): once per tool call
+    # of every projected step, a third of the time of filling `dict.fromkeys(...)`.
+    return {
+        "tool_call_id": tool_call_id,
+        "name": name,
+        "arguments": arguments,
+        "result": result,
+        "recorded": recorded,
+        "error": error,
+        "error_category": error_category,
+        "duration_ms": duration_ms,
+        "side_effect": side_effect,
+        "args_digest": args_digest,
+        "result_digest": result_digest,
+        "ok": ok,
+        "event": event,
+    }
 
 
 def tool_results(sv: StepView) -> list[ToolResult]:

@@ -252,3 +252,10 @@ def test_a_normalized_event_built_fast_is_the_dataclass_one(
     assert repr(fast) == repr(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.turn = 3  # type: ignore[misc]
+
+
+def test_a_tool_result_has_every_key_in_order() -> None:
+    from runtime.facts._outcomes import ToolResult, _result
+
+    r = _result(tool_call_id=None, name="n", arguments=None, recorded=False, error=None, ok=True, event=None)
+    assert list(r) == list(ToolResult.__annotations__)
