@@ -17,7 +17,10 @@ Contract of `ingest_events(project, events, source=...)`:
    decoder checked the envelope's types itself). Unknown event types and metadata keys are legal and kept raw. A bad item
    is `rejected` with its index and reason; the other items are still written.
 2. Raw first and idempotent: an event is keyed by `(project, run_id, step_id)`. One already stored (or
-   repeated earlier in the same batch) is a `duplicate` and changes nothing.
+   repeated earlier in the same batch) is a `duplicate` and changes nothing. On PostgreSQL the unique
+   index decides: a live batch's insert skips stored rows (`ON CONFLICT DO NOTHING`), a larger batch
+   to a run with events is written after a savepoint and, when the index refuses a row, rolled back
+   to it and written again without the stored ones; elsewhere the stored ones are asked for first.
 3. One transaction per batch. The runs the batch touches are created if missing and locked, in run_id
    order so two writers never deadlock (PostgreSQL: one `INSERT … ON CONFLICT DO UPDATE … RETURNING`;
    elsewhere `ON CONFLICT DO NOTHING` then `SELECT … FOR UPDATE`); then new raw events are written with
