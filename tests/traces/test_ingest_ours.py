@@ -91,3 +91,43 @@ def test_it_is_safe_under_two_concurrent_writers(transactional_db: None, project
     ours = projection_snapshot(project)
     theirs = projection_snapshot(reference)
     assert ours["pool-3"] == theirs["pool-3"]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite serialises writers; row locks need PostgreSQL"
+)
+@pytest.mark.postgres
+def test_two_concurrent_writers_of_large_overlapping_batches_store_each_event_once(
+    transactional_db: None, project: Project
+) -> None:
+    """Batches over the live size, each writer sending the whole run in its own order: most batches
+    meet events the other writer stored a moment before (written after a savepoint, refused by the
+    unique index, written again without them)."""
+    events = our_run("pool-big", turns=12, steps=3)
+    reference = Project.objects.create(team=project.team, slug="reference-big")
+    ingest_events(reference, events, source="api")
+    orders = [events[:], events[:]]
+    random.Random(5).shuffle(orders[1])
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+    accepted: list[int] = []
+
+    def writer(part: list[dict]) -> None:
+        try:
+            barrier.wait()
+            for i in range(0, len(part), 70):
+                accepted.append(ingest_events(project, part[i : i + 70], source="api").accepted)
+        except BaseException as exc:  # noqa: BLE001  (reported below)
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(o,)) for o in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(accepted) == len(events)  # each event accepted once, a duplicate the other time
+    assert Run.objects.get(project=project).events == len(events)
+    assert projection_snapshot(project)["pool-big"] == projection_snapshot(reference)["pool-big"]
