@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -68,25 +69,12 @@ def test_it_is_safe_under_two_concurrent_writers(transactional_db: None, project
     shuffled = events[:]
     rng.shuffle(shuffled)
     halves = [shuffled[0::2], shuffled[1::2]]
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def writer(part: list[dict]) -> None:
-        try:
-            barrier.wait()
-            for i in range(0, len(part), 5):
-                ingest_events(project, part[i : i + 5] + part[max(0, i - 2) : i], source="api")
-        except BaseException as exc:  # noqa: BLE001  (reported below)
-            errors.append(exc)
-        finally:
-            connection.close()
+        for i in range(0, len(part), 5):
+            ingest_events(project, part[i : i + 5] + part[max(0, i - 2) : i], source="api")
 
-    threads = [threading.Thread(target=writer, args=(h,)) for h in halves]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert _concurrently(writer, halves) == []
     assert Run.objects.get(project=project).events == len(events)
     ours = projection_snapshot(project)
     theirs = projection_snapshot(reference)
@@ -108,26 +96,36 @@ def test_two_concurrent_writers_of_large_overlapping_batches_store_each_event_on
     ingest_events(reference, events, source="api")
     orders = [events[:], events[:]]
     random.Random(5).shuffle(orders[1])
-    barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
     accepted: list[int] = []
 
     def writer(part: list[dict]) -> None:
+        for i in range(0, len(part), 70):
+            accepted.append(ingest_events(project, part[i : i + 70], source="api").accepted)
+
+    assert _concurrently(writer, orders) == []
+    assert sum(accepted) == len(events)  # each event accepted once, a duplicate the other time
+    assert Run.objects.get(project=project).events == len(events)
+    assert projection_snapshot(project)["pool-big"] == projection_snapshot(reference)["pool-big"]
+
+
+def _concurrently(writer: Callable[[list[dict]], None], parts: list[list[dict]]) -> list[BaseException]:
+    """Run `writer` on each part in a thread of its own, all starting together (each with its own
+    database connection, closed after); returns what they raised."""
+    barrier = threading.Barrier(len(parts))
+    errors: list[BaseException] = []
+
+    def run(part: list[dict]) -> None:
         try:
             barrier.wait()
-            for i in range(0, len(part), 70):
-                accepted.append(ingest_events(project, part[i : i + 70], source="api").accepted)
-        except BaseException as exc:  # noqa: BLE001  (reported below)
+            writer(part)
+        except BaseException as exc:  # noqa: BLE001  (returned to the test)
             errors.append(exc)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=writer, args=(o,)) for o in orders]
+    threads = [threading.Thread(target=run, args=(p,)) for p in parts]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
-    assert sum(accepted) == len(events)  # each event accepted once, a duplicate the other time
-    assert Run.objects.get(project=project).events == len(events)
-    assert projection_snapshot(project)["pool-big"] == projection_snapshot(reference)["pool-big"]
+    return errors
