@@ -71,8 +71,8 @@ def _json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
 
 
 _any_json = _json_values(st.text())
-# What a stored event may hold (validation refuses a NUL, which jsonb refuses too).
-_stored_json = _json_values(st.text(alphabet=st.characters(blacklist_characters="\x00")))
+# What a stored event may hold: validation refuses a NUL (which jsonb refuses too) and a lone surrogate.
+_stored_json = _json_values(st.text(alphabet=st.characters(codec="utf-8", blacklist_characters="\x00")))
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
