@@ -300,10 +300,11 @@ class TraceEvent:
     @classmethod
     def _filled(cls, fields: dict[str, Any], timestamp_dt: datetime) -> TraceEvent:
         """The event holding `fields` (every field, checked) and `timestamp_dt`, without the frozen
-        dataclass's __init__ (one setattr per field)."""
-        obj = object.__new__(cls)
+        dataclass's __init__ (one setattr per field). `fields` becomes the event's own attribute
+        dictionary (not copied: 0.26 against 0.5 µs an event here); both callers build it fresh."""
+        obj = _new_object(cls)
         fields["timestamp_dt"] = timestamp_dt  # the cached_property's slot
-        obj.__dict__.update(fields)
+        _set_attribute(obj, "__dict__", fields)
         return obj
 
     @classmethod
@@ -351,6 +352,9 @@ class TraceEvent:
     def timestamp_dt(self) -> datetime:
         """`timestamp` parsed (once per event)."""
         return parse_timestamp(self.timestamp)
+
+
+_new_object, _set_attribute = object.__new__, object.__setattr__
 
 
 def _json_type(value: Any) -> str:

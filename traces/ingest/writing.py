@@ -339,6 +339,7 @@ def _event_rows(
     """The raw rows of the batch's events but those in `existing` (each marked a duplicate), as plain
     tuples in `_EVENT_COLUMNS` order (not model instances): the hottest loop of ingestion."""
     new_rows: list[tuple[Any, ...]] = []
+    project_pk = project.pk  # a property of Django's (a lookup each time): once, not per event
     for rid in run_ids:
         for sid, c in by_run[rid].items():
             if (rid, sid) in existing:
@@ -346,7 +347,7 @@ def _event_rows(
                 continue
             ev = c.event
             new_rows.append(
-                (project.pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
+                (project_pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
                  ev.timestamp_dt, c.raw, now, local_turn(ev))
             )  # fmt: skip
     return new_rows
