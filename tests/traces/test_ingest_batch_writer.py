@@ -144,3 +144,37 @@ def test_a_new_runs_batch_is_three_statements_besides_its_copy(project: Project)
     ingested = projection_snapshot(project)
     do_rebuild_projections(project=project)
     assert projection_snapshot(project) == ingested
+
+
+def test_a_large_batchs_turn_rows_go_with_their_ids_not_in_a_copy(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a batch over the live size writes its turn rows in the statement that takes the new
+    turn and step ids (each turn its id, in order), and COPYs only the other tables; the rows are those
+    of a rebuild from the raw events."""
+    from django.test.utils import CaptureQueriesContext
+
+    from traces.ingest import bulk
+
+    copied: list[str] = []
+    send = bulk._CopyChain.send
+
+    def recording(self: Any, model: Any, rows: Any, ids: Any = None) -> None:
+        copied.append(model.__name__)
+        send(self, model, rows, ids)
+
+    monkeypatch.setattr(bulk._CopyChain, "send", recording)
+    events = our_run("big-a", turns=20, steps=3) + our_run("big-b", turns=15, steps=2)
+    assert len(events) > SMALL_BATCH_ROWS
+    with CaptureQueriesContext(connection) as ctx:
+        result = writing.ingest_events(project, events, source="api")
+    assert result.accepted == len(events)
+    if connection.vendor == "postgresql":
+        ids_sql = [q["sql"] for q in ctx.captured_queries if "nextval" in q["sql"]]
+        assert len(ids_sql) == 1 and 'INSERT INTO "traces_turn"' in ids_sql[0]
+        assert "Turn" not in copied and "Step" in copied
+    runs = {r.run_id: r for r in Run.objects.filter(project=project)}
+    assert (runs["big-a"].turns, runs["big-b"].turns) == (40, 30)  # turns of each of 2 agents
+    ingested = projection_snapshot(project)
+    do_rebuild_projections(project=project)
+    assert projection_snapshot(project) == ingested

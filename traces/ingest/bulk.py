@@ -62,6 +62,7 @@ def _insert_projections(
     # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored).
     small = postgres and n_rows <= SMALL_BATCH_ROWS
     carried: list[Run] = []  # runs whose counters go with the rows (`_insert_small`)
+    turns_written = False  # the turn rows went with their ids (`_allocate_ids`)
     if ids is not None:
         if small and n_rows:
             carried = update or []
@@ -73,8 +74,14 @@ def _insert_projections(
         if n_rows:
             # PostgreSQL: the ids of both tables from their sequences in one round trip, before the
             # writes (with the runs' counters, `_update_runs`).
+            # A large batch's turn rows go with the ids (`_allocate_ids`), not in a COPY of their own.
+            turns_written = postgres and not small and bool(turns)
             ids = (
-                _allocate_ids([(Turn, len(turns)), (Step, n_steps)], update=update or [])
+                _allocate_ids(
+                    [(Turn, len(turns)), (Step, n_steps)],
+                    update=update or [],
+                    first_rows=turns if turns_written else None,
+                )
                 if postgres and (turns or n_steps)
                 else [[], []]
             )
@@ -86,7 +93,7 @@ def _insert_projections(
             model: type[models.Model], rows: list[dict[str, Any]], allocated: list[int]
         ) -> list[int]:
             """Write `rows` now (a large batch) or with the rest (a small one); their ids."""
-            if small:
+            if small or (model is Turn and turns_written):
                 return allocated
             if postgres:
                 chain.send(model, rows, allocated)
@@ -160,24 +167,12 @@ def _insert_small(
         update_sql, update_params = _update_runs_statement(list(update))
         parts.append(update_sql)
         params += update_params
-    qn = connection.ops.quote_name
     for model, rows, ids in tables:
         if not rows:
             continue
-        _fit_ints(model, rows)
-        attnames, columns, _ = _columns(model)
-        if ids is not None:
-            for row, pk in zip(rows, ids, strict=True):
-                row["id"] = pk
-            attnames, columns = ("id", *attnames), (model._meta.pk.column, *columns)
-        if attnames != columns:
-            rows = [{c: row[a] for a, c in zip(attnames, columns, strict=True)} for row in rows]
-        table = qn(model._meta.db_table)
-        cols = ", ".join(qn(c) for c in columns)
-        parts.append(
-            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM json_populate_recordset(NULL::{table}, %s)"
-        )
-        params.append(_json_rows(rows, model))
+        insert_sql, text = _rows_insert(model, rows, ids=ids)
+        parts.append(insert_sql)
+        params.append(text)
     if not parts:
         return
     sql = parts[-1]
@@ -185,6 +180,39 @@ def _insert_small(
         sql = "WITH " + ", ".join(f"i{k} AS ({p})" for k, p in enumerate(parts[:-1])) + " " + parts[-1]
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+def _rows_insert(
+    model: type[models.Model],
+    rows: list[dict[str, Any]],
+    *,
+    ids: list[int] | None = None,
+    id_array: str | None = None,
+) -> tuple[str, str]:
+    """PostgreSQL: an INSERT of `rows` (dicts by attname) from one JSON text parameter, expanded by
+    `json_populate_recordset`, and that text. The primary keys: `ids` (one per row), or the i-th
+    element of the SQL array `id_array` for the i-th row (ids taken in the same statement), or the
+    table's default."""
+    _fit_ints(model, rows)
+    attnames, columns, _ = _columns(model)
+    if ids is not None:
+        for row, pk in zip(rows, ids, strict=True):
+            row["id"] = pk
+        attnames, columns = ("id", *attnames), (model._meta.pk.column, *columns)
+    if attnames != columns:
+        rows = [{c: row[a] for a, c in zip(attnames, columns, strict=True)} for row in rows]
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    cols = ", ".join(qn(c) for c in columns)
+    if id_array is None:
+        sql = f"INSERT INTO {table} ({cols}) SELECT {cols} FROM json_populate_recordset(NULL::{table}, %s)"
+    else:
+        values = ", ".join(f"j.{qn(c)}" for c in columns)
+        sql = (
+            f"INSERT INTO {table} ({qn(model._meta.pk.column)}, {cols}) SELECT ({id_array})[j.ordinality], "
+            f"{values} FROM json_populate_recordset(NULL::{table}, %s) WITH ORDINALITY AS j"
+        )
+    return sql, _json_rows(rows, model)
 
 
 def _json_default(value: Any) -> str:
@@ -329,19 +357,39 @@ def id_arrays(wanted: list[tuple[type[models.Model], int]]) -> tuple[list[str], 
 
 
 def _allocate_ids(
-    wanted: list[tuple[type[models.Model], int]], *, update: Sequence[Run] = ()
+    wanted: list[tuple[type[models.Model], int]],
+    *,
+    update: Sequence[Run] = (),
+    first_rows: list[dict[str, Any]] | None = None,
 ) -> list[list[int]]:
     """PostgreSQL: `n` new primary keys from each model's sequence, all in one query — which also
     writes the counters of the runs in `update` (`_update_runs`, as a data-modifying CTE: one round
-    trip instead of two)."""
+    trip instead of two) and, given `first_rows`, inserts them as rows of the first model with its
+    new keys in order (`_rows_insert`).
+
+    Why insert a large batch's turn rows here: a COPY costs two round trips and a statement of its
+    own, more than its ~30 rows (turns of mix (a) of bench/ingest.py: PostgreSQL's CPU for their COPY
+    0.28 ms a batch, against 0.09 ms in a COPY of 100 batches' rows at once)."""
     cols, id_params = id_arrays(wanted)
+    ctes: list[str] = []
     params: list[Any] = []
-    sql = "SELECT " + ", ".join(cols)
     if update:
         update_sql, update_params = _update_runs_statement(list(update))
-        sql = f"WITH u AS ({update_sql}) {sql}"
+        ctes.append(f"u AS ({update_sql})")
         params += update_params
-    params += id_params
+    if first_rows:
+        # The keys are taken once (a CTE referenced twice is computed once) and handed to the insert.
+        ctes.append("k AS (SELECT " + ", ".join(f"{c} AS a{i}" for i, c in enumerate(cols)) + ")")
+        params += id_params
+        insert_sql, text = _rows_insert(wanted[0][0], first_rows, id_array="(SELECT a0 FROM k)")
+        ctes.append(f"i AS ({insert_sql})")
+        params.append(text)
+        sql = "SELECT " + ", ".join(f"a{i}" for i in range(len(cols))) + " FROM k"
+    else:
+        sql = "SELECT " + ", ".join(cols)
+        params += id_params
+    if ctes:
+        sql = "WITH " + ", ".join(ctes) + " " + sql
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
