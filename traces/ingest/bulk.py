@@ -59,7 +59,8 @@ def _insert_projections(
     n_rows = len(turns) + n_steps + sum(len(p.decisions) + len(p.primitives) + len(p.pins) for _, p in items)
     postgres = connection.vendor == "postgresql"
     # A small batch (a live stream's) is written with ONE statement (`_insert_small`); a large one
-    # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored).
+    # with a COPY per table (`_CopyChain`: each table's text built while the previous one is stored),
+    # but for its turn rows, which go with their ids (`_allocate_ids`).
     small = postgres and n_rows <= SMALL_BATCH_ROWS
     carried: list[Run] = []  # runs whose counters go with the rows (`_insert_small`)
     turns_written = False  # the turn rows went with their ids (`_allocate_ids`)
@@ -73,8 +74,7 @@ def _insert_projections(
             _update_runs(update or [])
         if n_rows:
             # PostgreSQL: the ids of both tables from their sequences in one round trip, before the
-            # writes (with the runs' counters, `_update_runs`).
-            # A large batch's turn rows go with the ids (`_allocate_ids`), not in a COPY of their own.
+            # writes (with the runs' counters, `_update_runs`, and a large batch's turn rows).
             turns_written = postgres and not small and bool(turns)
             ids = (
                 _allocate_ids(
