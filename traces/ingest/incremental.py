@@ -73,11 +73,11 @@ def do_project_turns(
     `deferred`: when given (the batch also holds new runs, whose rows the caller writes), a run with a
     running tally has its new rows and counters appended there instead of written, so they go with
     the new runs' (one COPY per table, and one statement for the ids, the counters and the turn rows
-    of the whole batch, instead of a JSON insert of their own). Why: PostgreSQL reads COPY text for less CPU than the
-    insert's JSON. For mix (a) of bench/ingest.py (every batch continues a run), in one process,
-    four runs alternating with the code before: PostgreSQL's CPU per 50,000 events 4–12% lower,
-    Python's 2–6% higher (COPY text costs Python more than msgspec's JSON). PostgreSQL is the part
-    that every web node shares."""
+    of the whole batch, instead of a JSON insert of their own). Why: PostgreSQL reads COPY text for
+    less CPU than the insert's JSON. For mix (a) of bench/ingest.py (every batch continues a run), in
+    one process, four runs alternating with the code before: PostgreSQL's CPU per 50,000 events
+    4–12% lower, Python's 2–6% higher (COPY text costs Python more than msgspec's JSON). PostgreSQL
+    is the part that every web node shares."""
     touched = _touched_turns(project, run, new, stored)
     if touched is None:
         return False
