@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .._trace import PRODUCER, TraceEvent
+from .._trace import PRODUCER, TraceEvent, _new_object
 from ._values import as_int
 
 T = TypeVar("T")
@@ -70,9 +70,6 @@ def _normalized(
     fields["step_key"] = step_key
     fields["producer"] = producer
     return ne
-
-
-_new_object = object.__new__
 
 
 @dataclass

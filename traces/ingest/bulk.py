@@ -682,7 +682,6 @@ def _json_text(value: Any) -> str | None:
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_msgspec_json = msgspec.json.Encoder().encode
 
 
 def _dumps(value: Any) -> str:
@@ -697,6 +696,6 @@ def _dumps(value: Any) -> str:
     takes: a stored event holds neither (validation refuses them), and the projection computes no
     float of its own into a JSON column."""
     try:
-        return _msgspec_json(value).decode()
+        return _msgspec_text(value).decode()
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
         return _encoder.encode(value)
