@@ -178,3 +178,19 @@ def test_a_large_batchs_turn_rows_go_with_their_ids_not_in_a_copy(
     ingested = projection_snapshot(project)
     do_rebuild_projections(project=project)
     assert projection_snapshot(project) == ingested
+
+
+def test_a_large_batchs_turn_rows_keep_hostile_agent_names_exactly(project: Project) -> None:
+    """The turn rows' JSON insert (a batch over the live size) stores quotes, backslashes, U+2028,
+    astral characters and markup in agent names as sent, as a rebuild does."""
+    from traces.models import Turn
+
+    names = {'a"b\\c \u2028é😀<script>&amp;', 'x\\"y'}
+    events = our_run("hostile", agents=tuple(sorted(names)), turns=30, steps=2)
+    assert len(events) > SMALL_BATCH_ROWS
+    result = writing.ingest_events(project, events, source="api")
+    assert result.accepted == len(events)
+    assert set(Turn.objects.filter(run__project=project).values_list("agent", flat=True)) == names
+    ingested = projection_snapshot(project)
+    do_rebuild_projections(project=project)
+    assert projection_snapshot(project) == ingested
