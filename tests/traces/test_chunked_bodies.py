@@ -1,6 +1,8 @@
-"""`Transfer-Encoding: chunked` request bodies (no Content-Length), sent by a real HTTP client to a real
-gunicorn: `/api/v1/ingest` and `/api/v1/uploads` read them whole, and refuse (413) a body past the
-limit without reading it to the end. Django's test client cannot send a chunked body, hence gunicorn."""
+"""Request bodies sent by a real HTTP client to a real gunicorn: `Transfer-Encoding: chunked` ones (no
+Content-Length), which `/api/v1/ingest` and `/api/v1/uploads` read whole and refuse (413) past the limit
+without reading them to the end, and Content-Length ones arriving in slow pieces, which the ingest reads
+in one go from gunicorn's reader (`traces.api._read_in_one`). Django's test client cannot send either
+over a socket, hence gunicorn."""
 
 from __future__ import annotations
 
@@ -125,3 +127,36 @@ def test_a_chunked_upload_past_the_limit_is_413(server: int, key: str, project: 
     status, answer = post_chunked(server, "/api/v1/uploads", body, key, "application/x-ndjson")
     assert status == 413 and set(answer) == {"error", "detail"}
     assert Upload.objects.count() == 0
+
+
+def test_a_content_length_body_arriving_in_slow_pieces_is_read_whole(
+    server: int, key: str, project: Project
+) -> None:
+    events = [good(f"pieces-{i}", n) for i in range(40) for n in (1, 2)]
+    body = json.dumps({"events": events}).encode()
+    with socket.create_connection(("127.0.0.1", server), timeout=30) as sock:
+        head = (
+            f"POST /api/v1/ingest HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        for i in range(0, len(body), 7_001):  # pieces that straddle gunicorn's 8 KB socket reads
+            sock.sendall(body[i : i + 7_001])
+            time.sleep(0.01)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["accepted"] == 80
+    assert Event.objects.filter(project=project).count() == 80
+
+
+def test_a_content_length_body_past_the_limit_is_413_unread(server: int, key: str, project: Project) -> None:
+    body = json.dumps({"events": [good("big", 1)], "pad": "x" * (INGEST_LIMIT + 10_000)}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", server, timeout=30)
+    conn.request("POST", "/api/v1/ingest", body=body,
+                 headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})  # fmt: skip
+    r = conn.getresponse()
+    assert r.status == 413 and json.loads(r.read())["error"].startswith("body is larger than")
+    conn.close()
+    assert Event.objects.count() == 0
