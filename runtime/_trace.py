@@ -163,9 +163,23 @@ def utc_now_iso() -> str:
 
 
 def parse_timestamp(value: str) -> datetime:
-    """Parse an event timestamp; naive values are taken as UTC. Raises ValueError."""
+    """Parse an event timestamp into the same instant in UTC; naive values are taken as UTC. Raises
+    ValueError.
+
+    In UTC whatever offset it was written with: ISO 8601 and Python allow offsets up to ±23:59, which
+    PostgreSQL refuses past ±15:59, so an event written at `+20:00` could be read here and then not
+    stored. An instant outside years 1–9999 once in UTC keeps its offset (it has no UTC form), for
+    the ingest's range check to refuse it by name."""
     ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    tz = ts.tzinfo
+    if tz is UTC:
+        return ts
+    if tz is None:
+        return ts.replace(tzinfo=UTC)
+    try:
+        return ts.astimezone(UTC)
+    except OverflowError:
+        return ts
 
 
 @dataclass(frozen=True)

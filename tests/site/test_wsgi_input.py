@@ -23,6 +23,7 @@ from arcana_site.wsgi_input import LengthInput, with_length_input
 def _gunicorn_body(data: bytes) -> tuple[Body, socket.socket]:
     """gunicorn's Body of a Content-Length request, its bytes sent over a socket pair."""
     sender, receiver = socket.socketpair()
+
     def send() -> None:
         with sender, contextlib.suppress(BrokenPipeError):  # a failed read stops reading early
             sender.sendall(data)
