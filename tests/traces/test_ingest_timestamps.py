@@ -1,7 +1,8 @@
 """Event times written at any UTC offset ISO 8601 allows (up to ±23:59, seconds included) are stored as
 the same instant, by a live batch's INSERT and by a large batch's COPY alike: PostgreSQL refuses offsets
 past ±15:59, so the ingest writes every time in UTC (`runtime._trace.parse_timestamp`). The raw event
-keeps the text as sent."""
+keeps the text as sent. A time already written in plain UTC goes to PostgreSQL as its own text
+(`traces.ingest.writing._utc_text`), which PostgreSQL reads as the instant Python read."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from django.db import connection
 from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runtime._trace import parse_timestamp
 from tests.traces.bad_input_cases import good
+from traces.ingest.validation import MAX_TIMESTAMP, MIN_TIMESTAMP
+from traces.ingest.writing import _utc_text
 from traces.models import Event, Project, Run, Step
 
 pytestmark = pytest.mark.django_db
@@ -28,11 +33,14 @@ instants = st.datetimes(
 
 
 def _written_at(instant: datetime, offset: timedelta) -> str:
-    return instant.astimezone(timezone(offset)).isoformat()
+    text = instant.astimezone(timezone(offset)).isoformat()
+    return text.replace("+00:00", "Z") if instant.microsecond % 2 else text  # both spellings of UTC
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(instant=instants, offset=offsets, runs=st.sampled_from([1, 40]))  # 1 run: INSERT; 40: COPY
+@given(
+    instant=instants, offset=st.just(timedelta(0)) | offsets, runs=st.sampled_from([1, 40])
+)  # INSERT, COPY
 def test_any_offset_is_stored_as_the_same_instant(
     api_client: Client, project: Project, instant: datetime, offset: timedelta, runs: int
 ) -> None:
@@ -58,3 +66,24 @@ def test_any_offset_is_stored_as_the_same_instant(
         instant
     }
     assert set(Step.objects.filter(run__run_id__in=rids).values_list("started_at", flat=True)) == {instant}
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's reading of a time's text")
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.from_regex(
+        r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(\+00:00|Z)", fullmatch=True
+    )
+    | st.builds(_written_at, instants, offsets)
+)
+def test_a_time_sent_as_its_text_is_the_instant_python_read(text: str) -> None:
+    """What `_utc_text` lets through as text, PostgreSQL reads as `parse_timestamp` does."""
+    try:
+        instant = parse_timestamp(text)
+    except ValueError:
+        return  # not a date Python reads (a 31 February): validation refuses the event
+    if not _utc_text(text) or not MIN_TIMESTAMP <= instant <= MAX_TIMESTAMP:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::timestamptz", [text])
+        assert cursor.fetchone()[0] == instant

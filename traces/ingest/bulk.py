@@ -627,7 +627,9 @@ def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
 
 def _event_copy_text(rows: list[tuple[Any, ...]]) -> str:
     """`_copy_line` of every raw event row, with the column types known (the same text, about half
-    the time: no per-cell dispatch, and `received_at` is the same for the whole batch)."""
+    the time: no per-cell dispatch, and `received_at` is the same for the whole batch). An event's
+    time is a datetime, or its own text when that is plain UTC (`writing._utc_text`: no character
+    COPY escapes)."""
     esc, null = _copy_text, "\\N"
     received: dict[datetime, str] = {}
     out: list[str] = []
@@ -637,7 +639,8 @@ def _event_copy_text(rows: list[tuple[Any, ...]]) -> str:
             r = received[recv] = recv.isoformat()
         out.append(
             f"{project_id}\t{esc(rid)}\t{esc(sid)}\t{null if parent is None else esc(parent)}\t{esc(kind)}\t"
-            f"{esc(agent)}\t{ts.isoformat()}\t{esc(raw)}\t{r}\t{null if turn is None else turn}\n"
+            f"{esc(agent)}\t{ts if ts.__class__ is str else ts.isoformat()}\t{esc(raw)}\t{r}\t"
+            f"{null if turn is None else turn}\n"
         )
     return "".join(out)
 

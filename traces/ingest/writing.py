@@ -9,6 +9,7 @@ import functools
 import gc
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -337,20 +338,36 @@ def _event_rows(
     now: datetime,
 ) -> list[tuple[Any, ...]]:
     """The raw rows of the batch's events but those in `existing` (each marked a duplicate), as plain
-    tuples in `_EVENT_COLUMNS` order (not model instances): the hottest loop of ingestion."""
+    tuples in `_EVENT_COLUMNS` order (not model instances): the hottest loop of ingestion. On
+    PostgreSQL an event's time is its own text when that is plain UTC (`_utc_text`), else its
+    datetime."""
     new_rows: list[tuple[Any, ...]] = []
     project_pk = project.pk  # a property of Django's (a lookup each time): once, not per event
+    utc_text = _utc_text if connection.vendor == "postgresql" else _never
     for rid in run_ids:
         for sid, c in by_run[rid].items():
             if (rid, sid) in existing:
                 statuses[c.index] = "duplicate"
                 continue
             ev = c.event
+            stamp = ev.timestamp
             new_rows.append(
                 (project_pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
-                 ev.timestamp_dt, c.raw, now, local_turn(ev))
+                 stamp if utc_text(stamp) else ev.timestamp_dt, c.raw, now, local_turn(ev))
             )  # fmt: skip
     return new_rows
+
+
+#: An event time PostgreSQL reads as the instant Python read (`timestamp_dt`): ISO 8601's extended
+#: form in UTC, to the microsecond at most (as our runtime writes it). Such a text goes to PostgreSQL
+#: as it is, which spares `datetime.isoformat` (0.68 against 0.29 µs for this match, per event of
+#: every large batch); any other time goes as the datetime Python read. ASCII digits only: `\d` would
+#: take other scripts' digits.
+_utc_text = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:\+00:00|Z)").fullmatch
+
+
+def _never(_: str) -> None:
+    return None
 
 
 def _fresh_events(
