@@ -360,10 +360,12 @@ def _event_rows(
 
 #: An event time PostgreSQL reads as the instant Python read (`timestamp_dt`): ISO 8601's extended
 #: form in UTC, to the microsecond at most (as our runtime writes it). Such a text goes to PostgreSQL
-#: as it is, which spares `datetime.isoformat` (0.68 against 0.29 µs for this match, per event of
-#: every large batch); any other time goes as the datetime Python read. ASCII digits only: `\d` would
-#: take other scripts' digits.
-_utc_text = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:\+00:00|Z)").fullmatch
+#: as it is (COPY text, or a live batch's JSON), which spares `datetime.isoformat` (0.68 µs an event,
+#: against 0.29 µs for this match); any other time goes as the datetime Python read. ASCII digits
+#: only: `\d` would take other scripts' digits.
+_utc_text = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:\+00:00|Z)"
+).fullmatch
 
 
 def _never(_: str) -> None:
