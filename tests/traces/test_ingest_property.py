@@ -41,7 +41,17 @@ JSON = st.recursive(
     | st.floats()  # NaN and ±Infinity included
     | st.text(max_size=12)  # lone surrogates and NUL included
     | st.sampled_from(
-        ["", "a/b", "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+01:00", "2026-11-30", "\x00"]
+        [
+            "",
+            "a/b",
+            "9999-12-31T23:59:59-05:00",
+            "0001-01-01T00:00:00+01:00",
+            "2026-11-30",
+            "\x00",
+            # Offsets Python reads and PostgreSQL does not (past ±15:59, or with seconds).
+            "2026-11-30T10:00:00+20:00",
+            "2026-11-30T10:00:00-00:16:08.5",
+        ]
     ),
     # Keys the projections read (so a nested value lands where a column takes it), or any text.
     lambda children: st.lists(children, max_size=3)
