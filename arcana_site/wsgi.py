@@ -20,10 +20,10 @@ from typing import Any
 
 from django.core.wsgi import get_wsgi_application
 
+from arcana_site.wsgi_input import with_length_input
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "arcana_site.settings")
 django_application = get_wsgi_application()
-
-from arcana_site.wsgi_input import with_length_input  # noqa: E402  (after the settings are chosen)
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

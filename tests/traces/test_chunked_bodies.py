@@ -1,7 +1,7 @@
 """Request bodies sent by a real HTTP client to a real gunicorn: `Transfer-Encoding: chunked` ones (no
 Content-Length), which `/api/v1/ingest` and `/api/v1/uploads` read whole and refuse (413) past the limit
 without reading them to the end, and Content-Length ones arriving in slow pieces, which the ingest reads
-in one go from gunicorn's reader (`traces.api._read_in_one`). Django's test client cannot send either
+in one go from gunicorn's reader (`arcana_site.wsgi_input.LengthInput`). Django's test client cannot send either
 over a socket, hence gunicorn."""
 
 from __future__ import annotations

@@ -343,7 +343,7 @@ def _event_rows(
     datetime."""
     new_rows: list[tuple[Any, ...]] = []
     project_pk = project.pk  # a property of Django's (a lookup each time): once, not per event
-    utc_text = _utc_text if connection.vendor == "postgresql" else _never
+    postgres = connection.vendor == "postgresql"
     for rid in run_ids:
         for sid, c in by_run[rid].items():
             if (rid, sid) in existing:
@@ -353,7 +353,7 @@ def _event_rows(
             stamp = ev.timestamp
             new_rows.append(
                 (project_pk, rid, sid, ev.parent_step_id, ev.event_type, ev.source_agent or "",
-                 stamp if utc_text(stamp) else ev.timestamp_dt, c.raw, now, local_turn(ev))
+                 stamp if postgres and _utc_text(stamp) else ev.timestamp_dt, c.raw, now, local_turn(ev))
             )  # fmt: skip
     return new_rows
 
@@ -366,10 +366,6 @@ def _event_rows(
 _utc_text = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:\+00:00|Z)"
 ).fullmatch
-
-
-def _never(_: str) -> None:
-    return None
 
 
 def _fresh_events(
