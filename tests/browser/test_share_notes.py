@@ -99,6 +99,8 @@ def test_a_member_shares_a_run_with_content_hidden_and_revokes_it(
     url = page.locator("#share-new-url").input_value()
     assert url.startswith(f"{live_server.url}/s/")
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    # The Copy button's handler comes with a deferred script: the field above can be read before it ran.
+    page.wait_for_load_state()
     page.locator("#share button[data-copy]").click()
     page.locator("#share button[data-copy]", has_text="Copied").wait_for()
     assert page.evaluate("navigator.clipboard.readText()") == url
