@@ -101,7 +101,7 @@ DATABASE_URL = envdatabase("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'arca
 DATABASES = {"default": DATABASE_URL.to_django()}
 if DATABASE_URL.engine == "sqlite":
     Path(DATABASE_URL.name).parent.mkdir(parents=True, exist_ok=True)
-# PostgreSQL: the ingestion prepares its own statements (traces/prepared.py); False for a
+# PostgreSQL: the ingestion prepares its own statements (traces/core/prepared.py); False for a
 # pooler that cannot hold prepared statements (PgBouncer in transaction mode before 1.21).
 ARCANA_DB_PREPARED_STATEMENTS = envbool("ARCANA_DB_PREPARED_STATEMENTS", default=True)
 if DATABASE_URL.engine == "postgres" and ARCANA_DB_PREPARED_STATEMENTS:
@@ -133,13 +133,13 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise expects it even bef
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = DATA_DIR / "media"
 # Uploaded files: a local folder on one machine, the database when web nodes and workers run on
-# several (traces/storage.py). Static files get hashed names (collectstatic writes the manifest).
+# several (traces/core/storage.py). Static files get hashed names (collectstatic writes the manifest).
 ARCANA_STORAGE = envchoice("ARCANA_STORAGE", default="local", choices=["local", "database"])
 STORAGES = {
     "default": {
         "BACKEND": {
             "local": "django.core.files.storage.FileSystemStorage",
-            "database": "traces.storage.DatabaseStorage",
+            "database": "traces.core.storage.DatabaseStorage",
         }[ARCANA_STORAGE]
     },
     "staticfiles": {"BACKEND": "arcana_site.staticfiles.StaticStorage"},
@@ -168,7 +168,7 @@ ARCANA_TRACE_DIR = Path(envstr("ARCANA_TRACE_DIR", str(DATA_DIR / "traces")))
 # A running run with no new event for this long is shown idle, not Live, and pages stop polling it.
 ARCANA_LIVE_WINDOW_SECONDS = envint("ARCANA_LIVE_WINDOW_SECONDS", default=120, minimum=1)
 # Ingest requests (POST /api/v1/ingest and uploads) allowed per API key per window; 0 turns the limit
-# off. Counted in the database (traces/ratelimit.py), so it holds across gunicorn workers and machines.
+# off. Counted in the database (traces/ingest/ratelimit.py), so it holds across gunicorn workers and machines.
 ARCANA_INGEST_RATE_LIMIT = envint("ARCANA_INGEST_RATE_LIMIT", default=1200, minimum=0)
 ARCANA_INGEST_RATE_WINDOW_SECONDS = envint("ARCANA_INGEST_RATE_WINDOW_SECONDS", default=60, minimum=1)
 # How long an invite link stays usable.
@@ -258,7 +258,7 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 CELERY_TASK_SOFT_TIME_LIMIT = envint("ARCANA_TASK_SOFT_TIME_LIMIT", default=3600, minimum=10)
 CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
 
-# Uploads survive a dead worker (traces/uploads.py): a `running` upload holds a lease its worker renews
+# Uploads survive a dead worker (traces/ingest/uploads.py): a `running` upload holds a lease its worker renews
 # with every chunk; the sweeper re-queues it from its cursor once the lease ran out, re-sends `queued`
 # uploads whose message was lost (broker down), and fails an upload after MAX_ATTEMPTS lost workers.
 ARCANA_UPLOAD_LEASE_SECONDS = envint("ARCANA_UPLOAD_LEASE_SECONDS", default=60, minimum=1)
@@ -283,11 +283,11 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # limit/offset, both bounded (ARCANA_API_MAX_LIMIT rows at most per request).
-    "DEFAULT_PAGINATION_CLASS": "traces.pagination.CappedLimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "traces.core.pagination.CappedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # One error shape for every API error: {"error": ..., "detail": [...]}.
-    "EXCEPTION_HANDLER": "traces.api.api_exception_handler",
+    "EXCEPTION_HANDLER": "traces.core.api.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

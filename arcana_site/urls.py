@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from arcana_site import login, views
+from traces.urls import team_urlpatterns
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
@@ -15,6 +16,6 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("traces.api_urls")),
-    path("", include("traces.team_urls")),
+    path("", include((team_urlpatterns, "teams"))),
     path("", include("traces.urls")),
 ]

@@ -59,7 +59,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def _workers_seen() -> dict[str, object]:
-    from traces.workers import SEEN_WITHIN_SECONDS, workers_by_queue
+    from traces.core.workers import SEEN_WITHIN_SECONDS, workers_by_queue
 
     try:
         queues = workers_by_queue()

@@ -10,7 +10,7 @@
    (or `DATABASE_URL`) under a temporary `ARCANA_DATA_DIR`.
 3. Times `GET /compare?a=…&b=…` and `GET /api/v1/compare?a=…&b=…` with the Django test client (server
    time, template rendering included; median of `--repeat`) with the comparison cache warm (what every
-   view after the first sees: a finished run's level strings are cached, `traces/compare.py`) and cold
+   view after the first sees: a finished run's level strings are cached, `traces/compare/service.py`) and cold
    (cache cleared before each request: every step's packed decisions parsed again), `arcana trace
    diff` on the two files for reference, and prints the page sizes. Goals: page < 300 ms, < 1 MB.
 """
@@ -65,7 +65,7 @@ def main() -> None:
     from django.test import Client
 
     from runtime._cli import main as arcana
-    from traces.compare import compare_url, run_ref
+    from traces.compare.service import compare_url, run_ref
     from traces.ingest import ingest_jsonl
     from traces.models import Membership, Project, Run, Team
 

@@ -1,4 +1,4 @@
-"""What the ingest rate limit costs per request: `traces.ratelimit.hit()` (one conditional UPDATE of the
+"""What the ingest rate limit costs per request: `traces.ingest.ratelimit.hit()` (one conditional UPDATE of the
 key's row) timed against the same database the server uses.
 
     .venv/bin/python bench/ratelimit.py [--calls 2000]
@@ -45,7 +45,7 @@ def main() -> None:
     from django.conf import settings
     from django.core.management import call_command
 
-    from traces import ratelimit
+    from traces.ingest import ratelimit
     from traces.models import ApiKey, Project, Team
 
     call_command("migrate", verbosity=0)

@@ -32,7 +32,7 @@ def main() -> None:
     from django.contrib.auth.models import User
     from django.test import Client
 
-    from traces import sharing
+    from traces.collab import sharing
     from traces.ingest import ingest_jsonl
     from traces.models import Membership, Project, Run, Team
 

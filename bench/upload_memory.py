@@ -7,7 +7,7 @@
 1. Writes a JSONL file of `--mb` megabytes (uncompressed) of conversation runs (bench/ingest.py mix (b):
    context decisions with 20–200 message decisions, turn, llm_call and primitive events).
 2. Stores it through Django storage as the upload API does (`Upload.file.save`: the local folder, or
-   `traces.storage.DatabaseStorage` with `--storage database`), commits the row and enqueues
+   `traces.core.storage.DatabaseStorage` with `--storage database`), commits the row and enqueues
    `process_upload` on the `ingest` queue.
 3. Starts a real `celery worker -Q ingest --concurrency 1` (prefork: the task runs in the pool's child)
    and samples the RSS of the worker and its children (psutil) every `--every` seconds until the row is
@@ -95,8 +95,8 @@ def main() -> None:
     from django.core.files import File
     from django.db import transaction
 
+    from traces.ingest.uploads import enqueue_upload
     from traces.models import Project, Team, Upload
-    from traces.uploads import enqueue_upload
 
     path = data_dir / "big.jsonl"
     t0 = time.perf_counter()

@@ -8,13 +8,10 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from traces import (
-    api,
-    api_collab,
-    api_compare,
-    converters,  # noqa: F401  (registers the `run_id` converter)
-)
-from traces.api_conversations import conversation_urls
+from traces.collab import api as api_collab
+from traces.compare import api as api_compare
+from traces.conversations.api import conversation_urls
+from traces.core import api
 
 RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
 

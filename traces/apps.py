@@ -10,4 +10,4 @@ class TracesConfig(AppConfig):
 
     def ready(self) -> None:
         # System checks, and the worker heartbeat signals (connected in every process; they fire only in workers).
-        from traces import checks, workers  # noqa: F401
+        from traces import checks  # noqa: F401

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from traces import uploads
+from traces.ingest import uploads
 from traces.models import Project
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def ping(value: str) -> dict[str, str]:
     time_limit=uploads.UPLOAD_TIME_BUDGET_S + 180,
 )
 def process_upload(upload_id: int) -> dict[str, Any]:
-    """Ingest an upload's file from its cursor under a lease (`traces.uploads.process_upload`). Safe to
+    """Ingest an upload's file from its cursor under a lease (`traces.ingest.uploads.process_upload`). Safe to
     deliver twice: the row is claimed with a conditional update; chunks commit with the cursor."""
     return uploads.process_upload(upload_id)
 
@@ -78,7 +78,7 @@ def sweep_conversations() -> dict[str, int]:
 @shared_task(name="traces.tasks.enforce_retention")
 def enforce_retention() -> dict[str, int]:
     """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per
-    project (`traces.teams.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
-    from traces.teams import do_enforce_retention
+    project (`traces.teams.actions.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
+    from traces.teams.actions import do_enforce_retention
 
     return {"deleted": do_enforce_retention()}

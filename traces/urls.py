@@ -1,4 +1,5 @@
-"""Dashboard URLs (mounted at / by arcana_site/urls.py).
+"""Page URLs (mounted at / by arcana_site/urls.py): the dashboard (namespace `traces`) and the team
+pages (`team_urlpatterns`, namespace `teams`).
 
 A run is addressed by its project and its run id (DESIGN.md §9); build these URLs with
 `Run.get_absolute_url()` / `Run.turn_url(n)`, never by hand. The unscoped `runs/<id>` forms of
@@ -8,13 +9,12 @@ from __future__ import annotations
 
 from django.urls import path
 
-from traces import (
-    converters,  # noqa: F401  (registers the `run_id` converter)
-    views,
-    views_collab,
-    views_compare,
-    views_conversations,
-)
+from traces.collab import views as views_collab
+from traces.compare import views as views_compare
+from traces.conversations import views as views_conversations
+from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
+from traces.runs import views
+from traces.teams import views as team_views
 
 app_name = "traces"
 
@@ -33,10 +33,10 @@ urlpatterns = [
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<id:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", views.uploads, name="uploads"),
-    # Two runs side by side (traces/views_compare.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
+    # Two runs side by side (traces/compare/views.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
     path("compare", views_compare.compare, name="compare"),
     path("compare/live", views_compare.compare_live, name="compare_live"),
-    # Conversations our workers run (traces/views_conversations.py): the new-run form, the playground.
+    # Conversations our workers run (traces/conversations/views.py): the new-run form, the playground.
     path("conversations/new", views_conversations.new, name="conversation_new"),
     path(
         "projects/<id:project_id>/conversations/<id:conversation_id>",
@@ -63,7 +63,7 @@ urlpatterns = [
         views_compare.run_again,
         name="run_again",
     ),
-    # Share links and review notes (traces/views_collab.py).
+    # Share links and review notes (traces/collab/views.py).
     path(
         "projects/<id:project_id>/runs/<run_id:run_id>/share-links",
         views_collab.share_link_create,
@@ -85,4 +85,28 @@ urlpatterns = [
     path("s/<str:token>/fidelity", views_collab.shared_run_fidelity, name="shared_run_fidelity"),
     path("s/<str:token>/turns/<id:number>", views_collab.shared_turn, name="shared_turn"),
     path("s/<str:token>/turns/<id:number>/live", views_collab.shared_turn_live, name="shared_turn_live"),
+]
+
+TEAM = "teams/<id:team_id>"
+PROJECT = f"{TEAM}/projects/<id:project_id>"
+
+# Team pages (namespace `teams`, mounted by arcana_site/urls.py): the switcher, members and invites,
+# projects and API keys, the audit log, invite links, and deleting a run.
+team_urlpatterns = [
+    path("teams", team_views.team_list, name="list"),
+    path("teams/switch", team_views.team_switch, name="switch"),
+    path(f"{TEAM}/members", team_views.team_members, name="members"),
+    path(f"{TEAM}/members/<id:membership_id>/role", team_views.member_role, name="member_role"),
+    path(f"{TEAM}/members/<id:membership_id>/remove", team_views.member_remove, name="member_remove"),
+    path(f"{TEAM}/invites", team_views.invite_create, name="invite_create"),
+    path(f"{TEAM}/invites/<id:invite_id>/revoke", team_views.invite_revoke, name="invite_revoke"),
+    path(f"{TEAM}/projects", team_views.team_projects, name="projects"),
+    path(PROJECT, team_views.project_settings, name="project"),
+    path(f"{PROJECT}/delete", team_views.project_delete, name="project_delete"),
+    path(f"{PROJECT}/keys", team_views.key_create, name="key_create"),
+    path(f"{PROJECT}/keys/<id:key_id>/revoke", team_views.key_revoke, name="key_revoke"),
+    path(f"{TEAM}/audit", team_views.team_audit, name="audit"),
+    path(f"{TEAM}/delete", team_views.team_delete, name="delete"),
+    path("invite/<str:token>", team_views.invite_accept, name="invite"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/delete", team_views.run_delete, name="run_delete"),
 ]

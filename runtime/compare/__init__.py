@@ -1,7 +1,7 @@
 """Compare two runs at the level of the context: what each model saw, turn by turn.
 
 One implementation for every view: `arcana trace diff` feeds it trace files (`run_data_from_events`),
-the server feeds it its projections (`traces/compare.py`), and both print or render `compare(a, b)`.
+the server feeds it its projections (`traces/compare/service.py`), and both print or render `compare(a, b)`.
 Everything here works on plain data (`RunData` → `TurnData` → `StepData`), so the CLI, the API and the
 page give the same answers.
 

@@ -25,9 +25,10 @@ from django.utils import timezone
 from tests.browser.conftest import LAPTOP, PHONE, login
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_samples
-from traces import sharing, teams
-from traces.compare import compare_url
+from traces.collab import sharing
+from traces.compare.service import compare_url
 from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
+from traces.teams import actions as teams
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

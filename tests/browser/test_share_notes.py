@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser.conftest import LAPTOP, PHONE, login, note_on_step, shoot
 from tests.traces.views_helpers import OUR_RUN, OURS, PIN_RUN, POOL_RUN, ingest_samples
-from traces import sharing
+from traces.collab import sharing
 from traces.ingest import ingest_events
 from traces.models import Note, Project, Run, ShareLink
 

@@ -12,9 +12,10 @@ import pytest
 
 from tests.browser.conftest import LAPTOP, PHONE, login, shoot
 from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
-from traces import audit, teams
 from traces.ingest import ingest_events
 from traces.models import AuditLog, Membership, Note, Project, Run, Team
+from traces.teams import actions as teams
+from traces.teams import audit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -56,8 +56,8 @@ def test_it_lists_the_workers_seen_per_queue(client: Client) -> None:
 
     from django.utils import timezone
 
+    from traces.core.workers import SEEN_WITHIN_SECONDS, beat
     from traces.models import WorkerHeartbeat
-    from traces.workers import SEEN_WITHIN_SECONDS, beat
 
     beat("w1@machine-a", ["ingest", "agents"])
     beat("w2@machine-b", ["agents"])

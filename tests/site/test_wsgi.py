@@ -17,7 +17,7 @@ import arcana_site.wsgi
 frozen = gc.get_freeze_count()
 t = time.process_time()
 gc.collect()
-print(json.dumps({"frozen": frozen, "views": "traces.api" in sys.modules and "traces.views" in sys.modules,
+print(json.dumps({"frozen": frozen, "views": "traces.core.api" in sys.modules and "traces.runs.views" in sys.modules,
                   "tracked": len(gc.get_objects()), "full_collection_s": time.process_time() - t}))
 """
 

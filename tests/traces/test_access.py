@@ -30,9 +30,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
-from traces import sharing, teams
+from traces.collab import sharing
 from traces.ingest import ingest_events
 from traces.models import ApiKey, Conversation, Invite, Membership, Note, Project, Run, Team, Upload
+from traces.teams import actions as teams
 
 ACTORS = ("anon", "share", "outsider", "viewer", "member", "admin", "owner")
 Role = Membership.Role

@@ -18,8 +18,9 @@ from django.test import Client
 
 from tests.conftest import ROOT, test_database_url
 from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
-from traces import ratelimit, teams
+from traces.ingest import ratelimit
 from traces.models import ApiKey, Event, Project, Run
+from traces.teams import actions as teams
 
 
 def _batch(run_id: str) -> str:

@@ -16,9 +16,7 @@ from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, sample_events
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import api_path, ingest_file
-from traces.ingest import ingest_events
-from traces.models import Pin, Project, Run, Step, Team, Turn
-from traces.serializers import (
+from traces.core.serializers import (
     DecisionSerializer,
     EventSerializer,
     PinSerializer,
@@ -28,6 +26,8 @@ from traces.serializers import (
     TurnSerializer,
     represent,
 )
+from traces.ingest import ingest_events
+from traces.models import Pin, Project, Run, Step, Team, Turn
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import ROOT, test_database_url
 from tests.traces.bad_input_cases import good
-from traces import teams
 from traces.models import ApiKey, Event, Project, Upload
+from traces.teams import actions as teams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

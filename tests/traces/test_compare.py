@@ -16,7 +16,7 @@ from runtime import TraceReader
 from runtime.compare import compare, run_data_from_events
 from tests.compare_runs import play_demo, trace_file
 from tests.traces.views_helpers import XSS, ingest_file, ingest_hostile_run
-from traces import compare as cmp
+from traces.compare import service as cmp
 from traces.models import Conversation, Project, Run
 
 

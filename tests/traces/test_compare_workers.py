@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from runtime.scenarios import get_scenario
 from tests.traces.workers import Worker, wait_for, worker
-from traces import compare as cmp
+from traces.compare import service as cmp
 from traces.models import Conversation, Project, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.traces.views_helpers import envelope
-from traces import authentication, ratelimit, teams
+from traces.core import authentication
+from traces.ingest import ratelimit
 from traces.models import ApiKey, Project, Run
+from traces.teams import actions as teams
 
 
 def _batch(run_id: str) -> str:

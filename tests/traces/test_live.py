@@ -1,4 +1,4 @@
-"""Conditional polling (traces/live.py): live fragments answer 304 until their run changes."""
+"""Conditional polling (traces/runs/live.py): live fragments answer 304 until their run changes."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_it_never_answers_304_to_an_outsider(
 
 
 def test_a_shared_page_polls_conditionally_too(project: Project, alice: object, client: Client) -> None:
-    from traces.sharing import do_create_share_link, share_url
+    from traces.collab.sharing import do_create_share_link, share_url
 
     ingest_live_run(project, "live-run", turns=2)
     run = Run.objects.get(run_id="live-run")

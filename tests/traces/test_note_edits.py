@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 
 from tests.traces.views_helpers import PIN_RUN
-from traces import notes as notes_service
-from traces import sharing
+from traces.collab import notes as notes_service
+from traces.collab import sharing
 from traces.models import ApiKey, AuditLog, Membership, Note, Project, Run
 
 pytestmark = pytest.mark.django_db
@@ -212,7 +212,7 @@ def test_a_moderators_delete_writes_its_audit_row(cast: Cast) -> None:
 
 
 def test_a_change_and_its_audit_row_commit_together(cast: Cast, monkeypatch: pytest.MonkeyPatch) -> None:
-    from traces import audit
+    from traces.teams import audit
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("audit log unavailable")

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from tests.traces.helpers import PIN_RUN
-from traces import teams
 from traces.ingest import do_delete_run, do_rebuild_projections
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Project, Run, Step, Team, Turn
+from traces.teams import actions as teams
 
 _PROJECTIONS = (Turn, Step, ContextDecision, PrimitiveEvent, Pin)
 

@@ -1,4 +1,4 @@
-"""The run overview's lists written in Python (`traces.run_page`): byte for byte what the template
+"""The run overview's lists written in Python (`traces.runs.run_page`): byte for byte what the template
 loops they replaced drew, on hostile values, in any time zone and behind a share link."""
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 
 from tests.traces.test_turn_page import _finished_run, _without_tokens
 from tests.traces.views_helpers import HOSTILE_VALUES, XSS, decision, ingest_live_run, our_step
-from traces import run_page, sharing
-from traces.charts import FidelityMap, MapCell, MapRow, MapTick, PinChart, PinLane
+from traces.collab import sharing
 from traces.ingest import ingest_events
 from traces.models import Pin, PrimitiveEvent, Project, Run, Turn
+from traces.runs import run_page
+from traces.runs.charts import FidelityMap, MapCell, MapRow, MapTick, PinChart, PinLane
 
 # The loops of templates/traces/_run_live.html, _cognitive.html and _fidelity_map.html before
-# `traces.run_page`, kept as the references the Python rows must match byte for byte.
+# `traces.runs.run_page`, kept as the references the Python rows must match byte for byte.
 TIMELINE_REFERENCE = """{% load trace_ui %}{% for t in turns %}
     <tr>
       <th scope="row"><a href="{{ run|turn_url:t.number }}{% if agent %}?agent={{ agent|urlencode }}{% endif %}">Turn {{ t.number }}</a>{% if t.failure %} <span class="badge badge--bad" title="{{ t.failure }}">failed</span>{% endif %}</th>

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.traces.helpers import our_run
-from traces.charts.fidelity import _map_window
 from traces.ingest import ingest_events
 from traces.models import ContextDecision, Project, Run
+from traces.runs.charts.fidelity import _map_window
 
 STEPS = 24  # one agent, 12 turns of 2 steps
 

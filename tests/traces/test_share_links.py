@@ -14,7 +14,7 @@ from django.utils import timezone
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.share_helpers import addresses, content_strings, crawl, leaks
 from tests.traces.views_helpers import FIXTURES, OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_hostile_run
-from traces import sharing
+from traces.collab import sharing
 from traces.models import ApiKey, AuditLog, Membership, Note, Project, Run, ShareLink
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Reads by SQL written once (`traces.sqlread`): the same instances and values as the ORM's, a run read
+"""Reads by SQL written once (`traces.core.sqlread`): the same instances and values as the ORM's, a run read
 back with its key in four queries, and a revoked key refused at once on every read."""
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.traces.helpers import PIN_RUN
-from traces import authentication, sqlread, teams
-from traces.models import ApiKey, Pin, Project, Run, Team, Turn
-from traces.serializers import (
+from traces.core import authentication, sqlread
+from traces.core.serializers import (
     PinSerializer,
     RunSerializer,
     TurnSerializer,
     represent,
     represent_many,
 )
+from traces.models import ApiKey, Pin, Project, Run, Team, Turn
+from traces.teams import actions as teams
 
 
 def _values(obj: Any) -> dict[str, Any]:

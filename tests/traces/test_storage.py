@@ -10,9 +10,10 @@ import pytest
 from django.core.files.base import ContentFile
 
 from tests.traces.helpers import PIN_RUN, SAMPLES
-from traces import ingest, storage
+from traces import ingest
+from traces.core import storage
+from traces.core.storage import DatabaseStorage
 from traces.models import StoredFile, StoredFileChunk
-from traces.storage import DatabaseStorage
 
 pytestmark = pytest.mark.django_db
 

@@ -79,7 +79,7 @@ def test_it_invites_through_a_link_shown_once(alice_client: Client, alpha: Team)
 def test_it_lets_a_logged_in_user_accept(
     alice: Any, alpha: Team, charlie_client: Client, charlie: Any
 ) -> None:
-    from traces import teams
+    from traces.teams import actions as teams
 
     _, raw = teams.do_create_invite(alpha, alice, "member")
     assert "Join Alpha" in charlie_client.get(f"/invite/{raw}").content.decode()
@@ -90,7 +90,7 @@ def test_it_lets_a_logged_in_user_accept(
 
 
 def test_it_rejects_a_bad_signup(alice: Any, alpha: Team, bob: Any) -> None:
-    from traces import teams
+    from traces.teams import actions as teams
 
     _, raw = teams.do_create_invite(alpha, alice, "member")
     c = Client()
@@ -191,7 +191,7 @@ def test_it_manages_projects(alice_client: Client, alpha: Team, project: Project
 
 
 def test_it_filters_the_audit_log(alice_client: Client, alpha: Team, alice: Any, project: Project) -> None:
-    from traces import audit
+    from traces.teams import audit
 
     audit.record(alpha, alice, audit.PROJECT_CREATED, "p1")
     audit.record(alpha, "retention", audit.RUNS_EXPIRED, "p1", {"runs": 3})
@@ -258,7 +258,7 @@ def test_it_404s_another_teams_objects_under_ones_own_team(
 ) -> None:
     """An admin of Alpha naming Charlie's project, key, member or invite inside Alpha's URLs: 404, and
     nothing of Charlie's changes."""
-    from traces import teams
+    from traces.teams import actions as teams
 
     key, _ = teams.do_create_api_key(charlie_project, charlie, "c", "ingest")
     invite, _ = teams.do_create_invite(charlie_project.team, charlie, "member")

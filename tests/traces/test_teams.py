@@ -1,4 +1,4 @@
-"""Team actions (traces/teams.py): roles, invites, projects, keys, deleting runs, retention — each
+"""Team actions (traces/teams/actions.py): roles, invites, projects, keys, deleting runs, retention — each
 asserted on the rows it leaves and the audit row it writes."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from django.core.files.storage import default_storage
 from django.utils import timezone
 
 from tests.traces.views_helpers import OUR_RUN, OURS, ingest_file
-from traces import teams
 from traces.models import (
     Action,
     ApiKey,
@@ -29,6 +28,7 @@ from traces.models import (
     projects_for_user,
     user_can,
 )
+from traces.teams import actions as teams
 
 Role = Membership.Role
 

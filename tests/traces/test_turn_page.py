@@ -1,4 +1,4 @@
-"""The turn page's parts (`traces.turn_page`): the decision table written in Python escapes exactly as
+"""The turn page's parts (`traces.runs.turn_page`): the decision table written in Python escapes exactly as
 the template it replaced, and the cache of a finished run's parts is never stale and never answers
 another run's, project's or share link's page."""
 
@@ -16,10 +16,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils.safestring import SafeString, mark_safe
 
 from tests.traces.views_helpers import HOSTILE_VALUES, XSS, decision, ingest_live_run, our_step
-from traces import sharing, turn_page
+from traces.collab import sharing
 from traces.ingest import ingest_events
 from traces.models import Pin, Project, Run
-from traces.queries import DecisionRow, StepChanges
+from traces.runs import turn_page
+from traces.runs.queries import DecisionRow, StepChanges
 
 # The template the table was drawn with before `decision_table_html` (templates/traces/
 # _decision_table.html), kept as the reference the Python table must match byte for byte.

@@ -1,4 +1,4 @@
-"""An upload's lease, cursor and sweeper (traces/uploads.py), driven in this process against the real
+"""An upload's lease, cursor and sweeper (traces/ingest/uploads.py), driven in this process against the real
 database: every line is counted exactly once however the work is interrupted. The same paths with real
 worker processes, SIGKILL and a dead broker are in tests/site/test_upload_recovery.py."""
 
@@ -15,7 +15,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from tests.traces.views_helpers import jsonl_lines
-from traces import ingest, uploads
+from traces import ingest
+from traces.ingest import uploads
 from traces.models import Event, Project, Run, Upload
 
 

@@ -1,4 +1,4 @@
-"""The new-run form and the conversation page (traces/views_conversations.py).
+"""The new-run form and the conversation page (traces/conversations/views.py).
 
 No worker runs here: `start_conversation` enqueues on commit and these tests' transactions never
 commit, so what is checked is the row the form creates, the page, and the live fragment. The

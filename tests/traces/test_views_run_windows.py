@@ -12,9 +12,9 @@ import pytest
 from django.test import Client
 
 from tests.traces.views_helpers import decision, envelope, our_step, run_path
-from traces import charts
 from traces.ingest import ingest_events
 from traces.models import Pin, Project, Run
+from traces.runs import charts
 
 LONG_RUN = "long-run-with-many-pins"
 

@@ -29,10 +29,10 @@ from runtime import (
     TraceWriter,
 )
 from runtime.scenarios import get_scenario
-from traces import workers
 from traces.conversations.providers import SCRIPTED, server_providers
 from traces.conversations.service import enqueue
 from traces.conversations.sink import StoreSink
+from traces.core import workers
 from traces.models import Conversation
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from django.db import connection, models
 
-from traces import prepared
+from traces.core import prepared
 from traces.models import (
     ContextDecision,
     Event,

@@ -1,7 +1,7 @@
 """Deleting trace rows: one run (raw events and projections) or every run of a project.
 
 Part of the one writer (DESIGN.md §3): pages, the API and the retention task delete through here.
-Callers write the audit row (`traces.teams`), in the same transaction.
+Callers write the audit row (`traces.teams.actions`), in the same transaction.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from runtime.facts import (
     pin_lifetimes,
     status_from_last,
 )
-from traces import prepared
+from traces.core import prepared
 from traces.ingest.bulk import _insert_projections, _update_runs, id_arrays
 from traces.ingest.projection import (
     _one_turn_event_per_step,

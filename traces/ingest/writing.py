@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from runtime import TraceEvent
 from runtime.errors import TraceFormatError
-from traces import prepared
+from traces.core import prepared
 from traces.ingest.bulk import (
     SMALL_BATCH_ROWS,
     _insert_events,

@@ -26,7 +26,7 @@ class ShareLink(models.Model):
     The token (`secrets.token_urlsafe(32)`, 256 bits) is shown once, when the link is issued; only its
     sha256 is stored, so a database leak opens nothing and lookup by hash never compares secrets
     byte by byte in Python. `hide_content` links show the run's structure with every content string
-    replaced by its size (`traces.sharing` is the one place that does it)."""
+    replaced by its size (`traces.collab.sharing` is the one place that does it)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="share_links")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="share_links")

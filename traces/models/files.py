@@ -77,7 +77,7 @@ class Upload(models.Model):
 
 
 class StoredFile(models.Model):
-    """A file kept in the database by `traces.storage.DatabaseStorage` (ARCANA_STORAGE=database), so
+    """A file kept in the database by `traces.core.storage.DatabaseStorage` (ARCANA_STORAGE=database), so
     web nodes and workers on different machines read the same uploads."""
 
     name = models.CharField(max_length=300, unique=True)
@@ -89,7 +89,7 @@ class StoredFile(models.Model):
 
 
 class StoredFileChunk(models.Model):
-    """One chunk (`traces.storage.CHUNK_BYTES`) of a `StoredFile`, in order of `index`."""
+    """One chunk (`traces.core.storage.CHUNK_BYTES`) of a `StoredFile`, in order of `index`."""
 
     file = models.ForeignKey(StoredFile, on_delete=models.CASCADE, related_name="chunks")
     index = models.PositiveIntegerField()
@@ -105,7 +105,7 @@ class StoredFileChunk(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A Celery worker that is alive: written by the worker itself every `traces.workers.BEAT_SECONDS`,
+    """A Celery worker that is alive: written by the worker itself every `traces.core.workers.BEAT_SECONDS`,
     read by /healthz to report the workers seen per queue (on any machine: they share the database)."""
 
     hostname = models.CharField(max_length=300, unique=True)  # celery's node name, e.g. arcana-12@web1

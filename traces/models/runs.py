@@ -105,7 +105,7 @@ class Run(models.Model):
         return self.run_id
 
     # Addresses (DESIGN.md §9): the project is part of a run's address, and the run id is encoded by
-    # the `run_id` URL converter (traces/converters.py), so every stored id can be opened.
+    # the `run_id` URL converter (traces/core/converters.py), so every stored id can be opened.
 
     def get_absolute_url(self) -> str:
         """The run overview page."""
@@ -165,7 +165,7 @@ class Run(models.Model):
 
     @property
     def is_updating(self) -> bool:
-        """Whether an open page of this run should keep polling (traces/live.py): it is live, or a
+        """Whether an open page of this run should keep polling (traces/runs/live.py): it is live, or a
         worker has its conversation — between two turns of a script, or with a playground turn
         queued, the run's last turn event says "complete" although more are coming."""
         if self.is_live:

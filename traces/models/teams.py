@@ -201,7 +201,7 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    # The ingest rate limit's fixed window (traces/ratelimit.py): its number and the requests counted in
+    # The ingest rate limit's fixed window (traces/ingest/ratelimit.py): its number and the requests counted in
     # it. On the key row so every gunicorn worker and machine shares the count through the database.
     rate_window = models.BigIntegerField(default=0)
     rate_count = models.PositiveIntegerField(default=0)
@@ -297,7 +297,7 @@ class Invite(models.Model):
 class AuditLog(models.Model):
     """One change to a team's members, keys, share links, notes, projects or data (STYLE.md item 21).
 
-    Written by the action that makes the change, inside its transaction (`traces.audit.record`), so no
+    Written by the action that makes the change, inside its transaction (`traces.teams.audit.record`), so no
     change exists without its row. `actor` is the user who acted (None for an API key or the system:
     `actor_label` then says which); `target` names the thing changed; `extra` holds details and, for
     changes, `{"old": ..., "new": ...}`."""

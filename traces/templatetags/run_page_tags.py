@@ -1,4 +1,4 @@
-"""The run overview's long lists (`traces.run_page`), drawn from the page's context: the turn
+"""The run overview's long lists (`traces.runs.run_page`), drawn from the page's context: the turn
 timeline's rows, the cognitive calls' rows, the fidelity map's groups and the pin lanes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from traces import run_page
+from traces.runs import run_page
 
 register = template.Library()
 

@@ -20,7 +20,7 @@ def team_switcher(context: template.Context) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if request is None or user is None or not user.is_authenticated:
         return {"memberships": []}
-    from traces.team_views import current_team_id, memberships_of
+    from traces.teams.views import current_team_id, memberships_of
 
     return {"memberships": memberships_of(request), "current": current_team_id(request), "request": request}
 
@@ -28,7 +28,7 @@ def team_switcher(context: template.Context) -> dict[str, Any]:
 @register.simple_tag(takes_context=True)
 def user_can(context: template.Context, team_id: int, action: str) -> bool:
     """Whether the page's user may do `action` in team `team_id` (the one rule, `Membership.can`)."""
-    from traces.team_views import memberships_of
+    from traces.teams.views import memberships_of
 
     request = context.get("request")
     if request is None:

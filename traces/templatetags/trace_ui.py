@@ -73,7 +73,7 @@ def short_id(value: Any) -> str:
 
 
 def _hidden_size(value: Any) -> int | None:
-    """The original size of content a shared page hides (`traces.sharing.Hidden`), else None."""
+    """The original size of content a shared page hides (`traces.collab.sharing.Hidden`), else None."""
     size = getattr(value, "size", None) if isinstance(value, str) else None
     return size if isinstance(size, int) else None
 

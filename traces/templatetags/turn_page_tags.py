@@ -3,9 +3,9 @@
 A step's header, context decision, decision table, prompt snapshot, output and primitive calls come
 from the run's projections only; what depends on the reader (notes, note forms and their CSRF token)
 sits between the two parts in `_turn_steps.html` and is drawn on every request. A finished run's step
-view carries `part_key` (`traces.turn_page.cache_key`: the run's primary key, project, id, `updated_at`,
+view carries `part_key` (`traces.runs.turn_page.cache_key`: the run's primary key, project, id, `updated_at`,
 agent and turn); the parts are cached under it together with whether the page is shared and whether
-its content is hidden, since `traces.sharing.redact` changes what they show. A step view without
+its content is hidden, since `traces.collab.sharing.redact` changes what they show. A step view without
 `part_key` (a run that is updating) is drawn afresh every time.
 """
 
@@ -15,7 +15,7 @@ from django import template
 from django.core.cache import cache
 from django.utils.safestring import SafeString
 
-from traces.turn_page import TURN_CACHE_SECONDS
+from traces.runs.turn_page import TURN_CACHE_SECONDS
 
 register = template.Library()
 

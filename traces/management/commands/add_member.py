@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from traces import audit
 from traces.models import Membership, Team
+from traces.teams import audit
 
 ACTOR = "manage.py add_member"
 

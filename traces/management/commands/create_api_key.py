@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from traces.management.commands._common import find_project
 from traces.models import ApiKey
-from traces.teams import do_create_api_key
+from traces.teams.actions import do_create_api_key
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from traces.teams import do_enforce_retention
+from traces.teams.actions import do_enforce_retention
 
 
 class Command(BaseCommand):

@@ -23,11 +23,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces import conversations as service
-from traces import converters  # noqa: F401  (registers the `id` converter)
-from traces.api import BaseView, error_response, scoped_projects
-from traces.authentication import key_of
+from traces.core import converters  # noqa: F401  (registers the `id` converter)
+from traces.core.api import BaseView, error_response, scoped_projects
+from traces.core.authentication import key_of
+from traces.core.serializers import ErrorSerializer
 from traces.models import Action, Conversation, Project, user_can
-from traces.serializers import ErrorSerializer
 
 
 class AgentSerializer(serializers.Serializer):

@@ -3,7 +3,7 @@ joining through an invite link, and deleting a run.
 
 Access is one rule (`Membership.can`, traces/models/teams.py) applied in one place, `_membership`: a person
 outside the team gets 404 for anything of it (never a 403 that would confirm it exists); a member
-whose role does not allow the action gets 403. The changes themselves are `traces.teams.do_*`
+whose role does not allow the action gets 403. The changes themselves are `traces.teams.actions.do_*`
 functions, which write their audit rows in the same transaction.
 """
 
@@ -27,8 +27,7 @@ from django.utils.dateparse import parse_date
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from traces import teams
-from traces.authentication import SignedInRequest
+from traces.core.authentication import SignedInRequest
 from traces.models import (
     Action,
     ApiKey,
@@ -38,6 +37,7 @@ from traces.models import (
     Project,
     Run,
 )
+from traces.teams import actions as teams
 
 SESSION_TEAM = "team_id"
 # A secret (an invite link, an API key) is shown once: the POST puts it in the session and the next GET

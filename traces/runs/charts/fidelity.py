@@ -20,7 +20,7 @@ from traces.models import (
     Run,
     message_decision_rows,
 )
-from traces.run_page import fidelity_groups_html
+from traces.runs.run_page import fidelity_groups_html
 
 
 def outcome_class(d: Mapping[str, Any]) -> str:
@@ -93,7 +93,7 @@ class FidelityMap:
     top: float
     legend: list[tuple[str, str]] = field(default_factory=list)
     truncated_rows: bool = False
-    #: The drawn groups (`traces.run_page.fidelity_groups_html`), kept with the map in the cache: a
+    #: The drawn groups (`traces.runs.run_page.fidelity_groups_html`), kept with the map in the cache: a
     #: window's thousand-odd rectangles are drawn once per run state, not once per view.
     drawn: SafeString = field(default_factory=SafeString)
 

@@ -3,7 +3,7 @@ chat, or a script running) with its answer, context decisions and active pins up
 
 Thin views (STYLE.md item 7): the rules (what may be started, when a message is accepted, cancel)
 are `traces.conversations`' service functions, the same the API calls; the context decisions and
-pins come from the projections through `traces.views._turn_ctx`, the turn page's own reading.
+pins come from the projections through `traces.runs.views._turn_ctx`, the turn page's own reading.
 Members start and steer conversations; viewers read them (the form answers 403, steering 403);
 outsiders get 404.
 """
@@ -23,8 +23,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from traces import conversations as service
-from traces import live
 from traces.models import Action, Conversation, Project, Turn, projects_for_user, user_can
+from traces.runs import live
 
 #: Rows of agent fields the form offers for a pool (empty rows are ignored).
 AGENT_ROWS = 4
@@ -238,7 +238,7 @@ def _get_conversation_for_user(
 
 
 def _conversation_tag(conv: Conversation) -> str:
-    """The live fragment's version: the conversation row and its run's (traces/live.py)."""
+    """The live fragment's version: the conversation row and its run's (traces/runs/live.py)."""
     run = conv.run
     return live.etag(
         "conversation",
@@ -254,7 +254,7 @@ def _live_ctx(request: HttpRequest, conv: Conversation) -> dict[str, Any]:
     """The transcript, the turn now running or last run, and beside it that turn's context decisions,
     its primitive calls and the pins active at it (all read from the projections, so they move while
     the turn runs, step by step)."""
-    from traces.views import _turn_ctx  # the turn page's reading of a turn, not a second one
+    from traces.runs.views import _turn_ctx  # the turn page's reading of a turn, not a second one
 
     run = conv.run
     transcript = list(conv.transcript or [])
@@ -311,7 +311,7 @@ def conversation(request: HttpRequest, project_id: int, conversation_id: int) ->
 def conversation_live(request: HttpRequest, project_id: int, conversation_id: int) -> HttpResponse:
     """The part of the conversation page that changes, for the page polling it (304 when unchanged)."""
     # The tag's columns only: an unchanged poll (304) must not load and parse the saved session state
-    # and the transcript, which grow with every turn (traces/live.py).
+    # and the transcript, which grow with every turn (traces/runs/live.py).
     light = _get_conversation_for_user(
         request,
         project_id,

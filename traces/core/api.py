@@ -34,23 +34,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler, set_rollback
 
 from runtime import errors as runtime_errors
-from traces import ingest, sqlread, teams
-from traces.authentication import KEY_CACHE_SECONDS, ApiKeyAuthentication, key_of
-from traces.models import (
-    Action,
-    Event,
-    Pin,
-    PrimitiveEvent,
-    Project,
-    Run,
-    Step,
-    Turn,
-    Upload,
-    projects_for_user,
-    user_can,
-)
-from traces.ratelimit import IngestRateThrottle
-from traces.serializers import (
+from traces import ingest
+from traces.core import sqlread
+from traces.core.authentication import KEY_CACHE_SECONDS, ApiKeyAuthentication, key_of
+from traces.core.serializers import (
     ErrorSerializer,
     EventSerializer,
     IngestRequestSerializer,
@@ -64,7 +51,22 @@ from traces.serializers import (
     represent,
     represent_many,
 )
-from traces.uploads import clean_file_name, enqueue_upload
+from traces.ingest.ratelimit import IngestRateThrottle
+from traces.ingest.uploads import clean_file_name, enqueue_upload
+from traces.models import (
+    Action,
+    Event,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+    Upload,
+    projects_for_user,
+    user_can,
+)
+from traces.teams import actions as teams
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +271,7 @@ class IngestView(ChunkedBodyMixin, BaseView):
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         # The key look-up remembered for a while: this view's rate-limit count re-reads the key's row
-        # every request and refuses a key revoked or deleted since (`traces.ratelimit.hit`).
+        # every request and refuses a key revoked or deleted since (`traces.ingest.ratelimit.hit`).
         return [ApiKeyAuthentication(remember_seconds=KEY_CACHE_SECONDS)]
 
     authentication_classes = [ApiKeyAuthentication]
@@ -388,7 +390,7 @@ class UploadListView(ChunkedBodyMixin, BaseView):
         # The file goes to MEDIA_ROOT first (slow I/O, no lock held), then the row is committed and the
         # task enqueued after the commit (the row it reads exists). A broker that is down does not fail
         # the request: the row stays `queued` and the upload sweeper sends it once the broker is back
-        # (traces/uploads.py).
+        # (traces/ingest/uploads.py).
         upload = Upload(
             project=project, original_name=name[:300], bytes=size, created_by=user, api_key=key_of(request)
         )
@@ -495,7 +497,7 @@ def get_run_for_request(request: Request, project_id: int, run_id: str) -> Run:
     A run is addressed by both (DESIGN.md §9): two projects may hold the same run id.
 
     An API key reads its own project only, which its look-up loaded with the team: the run is read
-    alone, by SQL written once (`traces.sqlread`), and given that project."""
+    alone, by SQL written once (`traces.core.sqlread`), and given that project."""
     key = key_of(request)
     if key is not None:
         found = (
@@ -562,7 +564,7 @@ class RunDetailView(BaseView):
     def get(self, request: Request, project_id: int, run_id: str) -> Response:
         run = get_run_for_request(request, project_id, run_id)
         data = represent(RunSerializer, run)
-        # The turns and pins by SQL written once (`traces.sqlread`): the same rows and order as
+        # The turns and pins by SQL written once (`traces.core.sqlread`): the same rows and order as
         # `run.turn_set.order_by("agent", "number")` and `run.pins.all()` (Pin's Meta.ordering).
         turns = sqlread.fetch(Turn, 'WHERE run_id = %s ORDER BY agent, "number"', [run.pk])
         turn_list = represent_many(TurnSerializer, turns)

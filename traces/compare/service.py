@@ -2,7 +2,7 @@
 
 `runtime.compare` aligns turns, finds the first divergence of the working sets and diffs them, on
 plain data; `arcana trace diff` feeds it trace files, this module feeds it the projections (never the
-raw events), so the page (`traces/views_compare.py`) and the API (`GET /api/v1/compare`) answer what
+raw events), so the page (`traces/compare/views.py`) and the API (`GET /api/v1/compare`) answer what
 the CLI answers. Reading one run is a fixed number of queries (turns, steps, step-1 messages,
 decisions, pins, primitive calls), whatever its length.
 

@@ -4,7 +4,7 @@ Everything here reads projections (`Run`, `Turn`, `Step`, `ContextDecision`, `Pi
 `Upload`); nothing parses raw event JSON. Each builder issues a fixed number of queries whatever the
 size of the run, so pages stay bounded (the view tests pin the counts).
 
-The fidelity map and pin lanes are laid out by `traces.charts`.
+The fidelity map and pin lanes are laid out by `traces.runs.charts`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import QueryDict
 
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
-from traces.charts import outcome_class, outcome_label
 from traces.models import (
     Pin,
     PrimitiveEvent,
@@ -28,6 +27,7 @@ from traces.models import (
     Upload,
     projects_for_user,
 )
+from traces.runs.charts import outcome_class, outcome_label
 
 
 def runs_for_user(user: Any) -> QuerySet[Run]:

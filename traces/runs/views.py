@@ -1,7 +1,7 @@
 """Dashboard pages: runs, run overview, turn, uploads, and the fragments the pages poll.
 
 Thin function views (STYLE.md item 7): access goes through `_get_run_for_user` (404 for anything
-outside the caller's teams), the work is in `traces.queries`, and templates auto-escape every trace
+outside the caller's teams), the work is in `traces.runs.queries`, and templates auto-escape every trace
 string. Views read projections only; nothing here parses raw event JSON.
 """
 
@@ -18,8 +18,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from traces import charts, live, notes, queries, sharing, turn_page
-from traces.authentication import SignedInRequest
+from traces.collab import notes, sharing
+from traces.core.authentication import SignedInRequest
 from traces.models import (
     Action,
     Membership,
@@ -30,7 +30,8 @@ from traces.models import (
     membership_of,
     projects_for_user,
 )
-from traces.team_views import current_team_id, memberships_of
+from traces.runs import charts, live, queries, turn_page
+from traces.teams.views import current_team_id, memberships_of
 
 RUNS_PER_PAGE = 50
 TURNS_PER_PAGE = 200
@@ -108,7 +109,7 @@ def runs(request: HttpRequest) -> HttpResponse:
         "query": query.urlencode(),
         "any_live": any(r.is_updating for r in rows),
     }
-    # The list's version: what its rows show of each run, and how many runs match (traces/live.py).
+    # The list's version: what its rows show of each run, and how many runs match (traces/runs/live.py).
     ctx["live_etag"] = tag = live.etag(
         "runs",
         ctx["query"],
@@ -180,7 +181,7 @@ def _events_ctx(
 
 
 def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
-    """The run overview's context (the team's page and a shared page alike, traces.sharing)."""
+    """The run overview's context (the team's page and a shared page alike, traces.collab.sharing)."""
     ctx = _overview_parts(request, run, agent)
     ctx.update(
         {
@@ -215,7 +216,7 @@ def _overview_parts(request: HttpRequest, run: Run, agent: str) -> dict[str, Any
     its own). The caller checked access; the key holds the run's primary key and `updated_at` (which
     ingestion and `rebuild_projections` set on every change), so no other run, project, team or share
     link is answered from it, and a changed run is read again. A shared page is redacted after this
-    (`traces.sharing.redact` works on copies)."""
+    (`traces.collab.sharing.redact` works on copies)."""
     pin_start, call_start = _list_starts(request)
     cacheable = not run.is_updating
     key = ""
@@ -321,7 +322,7 @@ def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
 
 
 def _turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[str, Any]:
-    """The turn page's context: the parts from the run's projections (`traces.turn_page`, cached
+    """The turn page's context: the parts from the run's projections (`traces.runs.turn_page`, cached
     while the run does not change), then what depends on the reader: the notes and the note forms."""
     parts = turn_page.turn_parts(run, agent, number)
     if parts is None:

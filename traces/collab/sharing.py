@@ -30,8 +30,8 @@ from django.http import Http404, HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
-from traces import audit
 from traces.models import Action, AuditLog, Membership, Note, Pin, PrimitiveEvent, Run, ShareLink, Step
+from traces.teams import audit
 
 TOKEN_BYTES = 32  # secrets.token_urlsafe(32): 43 URL-safe characters, 256 bits
 EXPIRY_CHOICES = [("", "Never"), ("1", "1 day"), ("7", "7 days"), ("30", "30 days"), ("90", "90 days")]
@@ -136,7 +136,7 @@ def share_panel_ctx(request: HttpRequest, run: Run, membership: Membership | Non
 def bind_run_to_share(run: Run, token: str) -> Run:
     """Make `run`'s URL methods answer with share-scoped addresses (this instance only).
 
-    Every template and `traces.queries` builds run addresses through these methods (DESIGN.md §9), so
+    Every template and `traces.runs.queries` builds run addresses through these methods (DESIGN.md §9), so
     binding them here is what keeps a shared page's links and polled fragments under `/s/<token>/`.
     The API addresses are bound to "" — a shared page has no business linking the API."""
 
@@ -209,7 +209,7 @@ _PRIMITIVE_STRUCTURE = {
 def _hide_primitive(ev: PrimitiveEvent) -> tuple[PrimitiveEvent, str]:
     """A copy of `ev` with its arguments and result replaced by their sizes, and its one-line summary
     computed from the structural keys only (a recall's turn and message count, a pin's id and label)."""
-    from traces.queries import primitive_summary
+    from traces.runs.queries import primitive_summary
 
     keep = _PRIMITIVE_STRUCTURE.get(ev.primitive, ())
     args = ev.args if isinstance(ev.args, dict) else {}

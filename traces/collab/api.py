@@ -21,10 +21,10 @@ from rest_framework import exceptions, generics, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from traces import notes as notes_service
-from traces import sharing
-from traces.api import BaseView, scoped_projects
-from traces.authentication import key_of
+from traces.collab import notes as notes_service
+from traces.collab import sharing
+from traces.core.api import BaseView, scoped_projects
+from traces.core.authentication import key_of
 from traces.models import Action, Membership, Note, Project, Run, ShareLink, membership_of, projects_for_user
 
 # --------------------------------------------------------------------------------------------------

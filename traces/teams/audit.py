@@ -54,7 +54,7 @@ def actor_fields(actor: Any) -> tuple[Any, str]:
         return None, "system"
     if isinstance(actor, str):
         return None, actor[:200]
-    key = getattr(actor, "key", None)  # traces.authentication.ProjectKeyUser
+    key = getattr(actor, "key", None)  # traces.core.authentication.ProjectKeyUser
     api_key = actor if isinstance(actor, ApiKey) else key if isinstance(key, ApiKey) else None
     if api_key is not None:
         return None, f"API key {api_key.prefix}… ({api_key.name or 'unnamed'})"[:200]

@@ -1,7 +1,7 @@
 """Share links and review notes in the browser.
 
 * Shared pages (`/s/<token>…`): the run overview, its turn pages and their polled fragments, for anyone
-  holding a usable link. Same context builders and templates as the team's pages; `traces.sharing`
+  holding a usable link. Same context builders and templates as the team's pages; `traces.collab.sharing`
   binds the run's addresses to the link and redacts the context (the one place that does).
 * Team pages: create / revoke share links on the run page, write / resolve / edit / delete notes on the
   run and turn pages, and the team's Notes list.
@@ -27,10 +27,11 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from traces import live, sharing, views
-from traces import notes as notes_service
-from traces.authentication import SignedInRequest
+from traces.collab import notes as notes_service
+from traces.collab import sharing
+from traces.core.authentication import SignedInRequest
 from traces.models import Action, Membership, Note, Run, ShareLink, membership_of, projects_for_user, user_can
+from traces.runs import live, views
 
 NOTES_PER_PAGE = 50
 
@@ -64,7 +65,7 @@ def shared_run(request: HttpRequest, token: str) -> HttpResponse:
 def shared_run_live(request: HttpRequest, token: str) -> HttpResponse:
     link, run = _shared_run(token)
     agent = views._agent_for(request, run)
-    # Conditional polling, as on the team's page (traces/live.py): 304 until the run changes.
+    # Conditional polling, as on the team's page (traces/runs/live.py): 304 until the run changes.
     tag = live.run_tag(run, "shared-run", agent, link.hide_content)
     if unchanged := live.not_modified(request, tag):
         return _shared(unchanged)

@@ -17,8 +17,8 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from traces import audit
 from traces.models import Action, AuditLog, Membership, Note, Run, Step, Turn, projects_for_user
+from traces.teams import audit
 
 
 class NoteError(ValueError):

@@ -9,7 +9,7 @@ the replaced template loops as the reference, on hostile values): every value pr
 the template's auto-escaping does (`text`), every filter is the template's own filter function.
 
 They draw from what the template would have received (the view's context, after
-`traces.sharing.redact` for a shared page), so a shared page's links and hidden content come out as
+`traces.collab.sharing.redact` for a shared page), so a shared page's links and hidden content come out as
 before. Turn links are built from one `Run.turn_url` call (`turn_link`), not one `reverse()` a row.
 """
 
@@ -29,8 +29,8 @@ from django.utils.timezone import template_localtime  # type: ignore[attr-define
 from traces.templatetags.trace_ui import pct, pct_class, tokens, util_level
 
 if TYPE_CHECKING:
-    from traces.charts import FidelityMap, PinChart
     from traces.models import PrimitiveEvent, Run, Turn
+    from traces.runs.charts import FidelityMap, PinChart
 
 _escape = html.escape
 #: Whether a text holds a character `html.escape` replaces (most values hold none: one scan, no copy).

@@ -8,7 +8,7 @@ Modules: `fidelity` (`fidelity_map`), `pins` (`pin_chart`).
 
 from __future__ import annotations
 
-from traces.charts.fidelity import (
+from traces.runs.charts.fidelity import (
     LEGEND,
     MAP_WINDOW,
     FidelityMap,
@@ -19,7 +19,7 @@ from traces.charts.fidelity import (
     outcome_class,
     outcome_label,
 )
-from traces.charts.pins import PinChart, PinLane, PinMarker, pin_chart, pinned_tokens_per_turn
+from traces.runs.charts.pins import PinChart, PinLane, PinMarker, pin_chart, pinned_tokens_per_turn
 
 __all__ = [
     "LEGEND",

@@ -1,8 +1,8 @@
 """The compare page of two runs, its live fragment while one is still running, and "Run again with…".
 
-Thin views (STYLE.md item 7): the comparison is `runtime.compare` fed by `traces.compare` from the
+Thin views (STYLE.md item 7): the comparison is `runtime.compare` fed by `traces.compare.service` from the
 projections (the one implementation the CLI and the API use too); the fidelity maps and pin lanes are
-the run page's own (`traces.queries`), drawn one above the other on one scale. Anything outside the
+the run page's own (`traces.runs.queries`), drawn one above the other on one scale. Anything outside the
 caller's teams is a 404, for either run.
 """
 
@@ -18,11 +18,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from runtime.compare import LEVELS, Comparison, TurnData, TurnPair
-from traces import charts, live
-from traces import compare as cmp
 from traces import conversations as service
+from traces.compare import service as cmp
+from traces.conversations.views import RunSettingsForm
 from traces.models import Action, Conversation, Run, projects_for_user, user_can
-from traces.views_conversations import RunSettingsForm
+from traces.runs import charts, live
 
 #: Steps of each fidelity map drawn at once on the compare page: half the run page's window, since
 #: the page draws two (`bench/compare.py`: the maps are most of the page's server time).

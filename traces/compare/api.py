@@ -1,7 +1,7 @@
 """`GET /api/v1/compare?a=<project_id>:<run_id>&b=…`: two runs compared, as JSON.
 
 The same facts as the compare page and `arcana trace diff --json` (`runtime.compare.Comparison.to_dict`,
-fed from the projections by `traces.compare`). Session or read + ingest key; a run outside the
+fed from the projections by `traces.compare.service`). Session or read + ingest key; a run outside the
 caller's scope — either one — is a 404 (DESIGN.md §8), never a 403.
 """
 
@@ -13,9 +13,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from traces import compare as cmp
-from traces.api import BaseView, error_response, scoped_projects
-from traces.serializers import ErrorSerializer
+from traces.compare import service as cmp
+from traces.core.api import BaseView, error_response, scoped_projects
+from traces.core.serializers import ErrorSerializer
 
 
 class CompareView(BaseView):

@@ -20,7 +20,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from traces import prepared, sqlread
+from traces.core import prepared, sqlread
 from traces.models import ApiKey, Project, Team
 
 # Writing last_used_at on every request would add a write to every batch; a minute is precise enough.
@@ -103,7 +103,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
 def _unrevoked_key(key_hash: str) -> ApiKey | None:
     """The unrevoked key with this hash, its project and the project's team loaded (as
-    `select_related("project__team")` would): one query whose SQL is written once (`traces.sqlread`).
+    `select_related("project__team")` would): one query whose SQL is written once (`traces.core.sqlread`).
     Read views look their key up on every request (a revoked key is refused at once, in every process),
     so the ORM's cost of building this query was paid by every read."""
     qn = connection.ops.quote_name
@@ -153,7 +153,7 @@ def key_of(request: Any) -> ApiKey | None:
 class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]  # drf-spectacular leaves __init_subclass__ unannotated
     """Describes the Bearer scheme in the OpenAPI schema."""
 
-    target_class = "traces.authentication.ApiKeyAuthentication"
+    target_class = "traces.core.authentication.ApiKeyAuthentication"
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:

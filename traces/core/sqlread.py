@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import connection, models
 
-from traces import prepared
+from traces.core import prepared
 
 M = TypeVar("M", bound=models.Model)
 

@@ -20,7 +20,7 @@ from django.db import connection
 from rest_framework import exceptions
 from rest_framework.throttling import BaseThrottle
 
-from traces import prepared
+from traces.core import prepared
 from traces.models import ApiKey
 
 

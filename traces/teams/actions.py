@@ -1,7 +1,7 @@
 """Team actions: members, invites, projects, API keys, deleting runs and retention.
 
 Zulip-style verbs (STYLE.md item 6): `check_*` validates what a person typed, `do_*` makes the change
-and writes its audit row in the same transaction (`traces.audit.record`, STYLE.md item 21). Whether the
+and writes its audit row in the same transaction (`traces.teams.audit.record`, STYLE.md item 21). Whether the
 caller may act at all is decided before, by `Membership.can(action)` in the view; these functions
 enforce the rules that hold whoever calls them (the last owner stays, only an owner makes owners).
 """
@@ -19,8 +19,8 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from traces import audit
 from traces.models import INVITE_PREFIX, ApiKey, Invite, Membership, Project, Run, Team
+from traces.teams import audit
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ auto-escaping does (`html.escape`, numbers and other values printed as the templ
 
 Why a cache: the parts of a run that is not updating cannot change, and a changed run has a new
 `updated_at` (ingestion and `rebuild_projections` set it), hence a new key, as for the fidelity map
-(`traces.charts.fidelity_map`). A run that is updating is always read afresh. What is cached is the
+(`traces.runs.charts.fidelity_map`). A run that is updating is always read afresh. What is cached is the
 run's own data: no notes, no forms or tokens, no links, nothing about the reader; the caller checks
 access before asking (`views._get_run_for_user`, a share link's token), and the key holds the run's
 primary key, so a page of another run, project or team can never be answered from it. The decision
 table shows a pin's label and id only, never its content, so a share link that hides content
-(`traces.sharing.redact`, applied to the parts after they are read) shows the same table.
+(`traces.collab.sharing.redact`, applied to the parts after they are read) shows the same table.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 
-from traces import queries
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
-from traces.run_page import text
+from traces.runs import queries
+from traces.runs.run_page import text
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
 TURN_CACHE_VERSION = 1
