@@ -11,16 +11,17 @@ from drf_spectacular.views import SpectacularAPIView
 from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
-from traces.core import api
+from traces.ingest import api as ingest_api
+from traces.runs import api
 
 RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
 
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     *conversation_urls,
-    path("ingest", api.IngestView.as_view(), name="api-ingest"),
-    path("uploads", api.UploadListView.as_view(), name="api-uploads"),
-    path("uploads/<id:upload_id>", api.UploadDetailView.as_view(), name="api-upload"),
+    path("ingest", ingest_api.IngestView.as_view(), name="api-ingest"),
+    path("uploads", ingest_api.UploadListView.as_view(), name="api-uploads"),
+    path("uploads/<id:upload_id>", ingest_api.UploadDetailView.as_view(), name="api-upload"),
     path("runs", api.RunListView.as_view(), name="api-runs"),
     path(RUN, api.RunDetailView.as_view(), name="api-run"),
     path(f"{RUN}/turns/<id:number>", api.TurnDetailView.as_view(), name="api-turn"),

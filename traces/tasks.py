@@ -7,8 +7,10 @@ from typing import Any
 
 from celery import shared_task
 
+from traces import conversations
 from traces.ingest import uploads
 from traces.models import Project
+from traces.teams import actions as teams
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,8 @@ def sweep_uploads() -> dict[str, int]:
 @shared_task(name="traces.tasks.run_demo_conversation")
 def run_demo_conversation(project_id: int) -> dict[str, Any]:
     """Run the scripted demo conversation on the `agents` queue, streaming into the project."""
-    from traces.conversations import run_demo_conversation as run
-
     project = Project.objects.get(pk=project_id)
-    return run(project)
+    return conversations.run_demo_conversation(project)
 
 
 # ignore_result: the outcome is on the conversation row. With a Redis result backend, a task sent
@@ -62,23 +62,17 @@ def run_conversation(conversation_id: int) -> dict[str, Any]:
     """Run a conversation's pending turns (a whole script, or one playground turn) on the `agents`
     queue. Safe to deliver twice: the row is claimed with a conditional update under a lease
     (`traces.conversations.run_pending_turns`)."""
-    from traces.conversations import run_pending_turns
-
-    return run_pending_turns(conversation_id)
+    return conversations.run_pending_turns(conversation_id)
 
 
 @shared_task(name="traces.tasks.sweep_conversations", ignore_result=True)
 def sweep_conversations() -> dict[str, int]:
     """Periodic (Celery beat): re-queue conversations whose worker vanished, fail the hopeless ones."""
-    from traces.conversations import sweep_conversations as sweep
-
-    return sweep()
+    return conversations.sweep_conversations()
 
 
 @shared_task(name="traces.tasks.enforce_retention")
 def enforce_retention() -> dict[str, int]:
     """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per
     project (`traces.teams.actions.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
-    from traces.teams.actions import do_enforce_retention
-
-    return {"deleted": do_enforce_retention()}
+    return {"deleted": teams.do_enforce_retention()}

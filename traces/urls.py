@@ -13,6 +13,7 @@ from traces.collab import views as views_collab
 from traces.compare import views as views_compare
 from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
+from traces.ingest import views as ingest_views
 from traces.runs import views
 from traces.teams import views as team_views
 
@@ -32,7 +33,7 @@ urlpatterns = [
     # Unscoped addresses of earlier versions: a redirect to the one readable run with that id, else 404.
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<id:number>", views.legacy_run, name="legacy_turn"),
-    path("uploads", views.uploads, name="uploads"),
+    path("uploads", ingest_views.uploads, name="uploads"),
     # Two runs side by side (traces/compare/views.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
     path("compare", views_compare.compare, name="compare"),
     path("compare/live", views_compare.compare_live, name="compare_live"),

@@ -13,7 +13,7 @@ from rest_framework.exceptions import ErrorDetail
 from rest_framework.renderers import JSONRenderer
 
 from tests.traces.helpers import sample_events
-from traces.core.api import IngestAnswerRenderer
+from traces.ingest.api import IngestAnswerRenderer
 
 # Every character, the line separators DRF escapes and the ones JSON escapes among them.
 _text = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('\u2028\u2029"\\\n\t\x00\x7f'))

@@ -16,7 +16,10 @@ from runtime._trace_reader import TraceReader
 from tests.traces.helpers import PIN_RUN, SAMPLES, sample_events
 from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import api_path, ingest_file
-from traces.core.serializers import (
+from traces.core.serializers import represent
+from traces.ingest import ingest_events
+from traces.models import Pin, Project, Run, Step, Team, Turn
+from traces.runs.serializers import (
     DecisionSerializer,
     EventSerializer,
     PinSerializer,
@@ -24,10 +27,7 @@ from traces.core.serializers import (
     RunSerializer,
     StepSerializer,
     TurnSerializer,
-    represent,
 )
-from traces.ingest import ingest_events
-from traces.models import Pin, Project, Run, Step, Team, Turn
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_it_rejects_bad_filters_in_the_error_shape(alice_client: Client, ingeste
     assert r.status_code == 400
     assert r.json() == {
         "error": "invalid input",
-        "detail": [{"field": "started_after", "message": "not an ISO-8601 date-time: 'yesterday'"}],
+        "detail": [{"field": "started_after", "message": "not an ISO 8601 date or date-time: 'yesterday'"}],
     }
 
 

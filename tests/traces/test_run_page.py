@@ -265,7 +265,7 @@ def test_the_run_page_shows_the_rows_escaped(project: Project, alice_client: Cli
 
 
 # ---------------------------------------------------------------------------------------------------
-# The overview's cached parts (views._overview_parts)
+# The overview's cached parts (views.overview_parts)
 
 
 def _overview(client: Client, url: str) -> str:

@@ -17,14 +17,9 @@ from hypothesis import strategies as st
 
 from tests.traces.helpers import PIN_RUN
 from traces.core import authentication, sqlread
-from traces.core.serializers import (
-    PinSerializer,
-    RunSerializer,
-    TurnSerializer,
-    represent,
-    represent_many,
-)
+from traces.core.serializers import represent, represent_many
 from traces.models import ApiKey, Pin, Project, Run, Team, Turn
+from traces.runs.serializers import PinSerializer, RunSerializer, TurnSerializer
 from traces.teams import actions as teams
 
 

@@ -23,9 +23,11 @@ from rest_framework.response import Response
 
 from traces.collab import notes as notes_service
 from traces.collab import sharing
-from traces.core.api import BaseView, scoped_projects
+from traces.core import access
+from traces.core.api import BaseView
 from traces.core.authentication import key_of
-from traces.models import Action, Membership, Note, Project, Run, ShareLink, membership_of, projects_for_user
+from traces.core.serializers import TextField
+from traces.models import Action, Membership, Note, Project, Run, ShareLink, membership_of
 
 # --------------------------------------------------------------------------------------------------
 # Access
@@ -36,7 +38,7 @@ def _readable_projects(request: Request) -> QuerySet[Project]:
     key = key_of(request)
     if key is not None and not getattr(key, "can_read", True):
         raise exceptions.PermissionDenied("this API key may only ingest traces; use a read + ingest key")
-    return scoped_projects(request)
+    return access.projects(request)
 
 
 def _project(request: Request, value: Any) -> Project:
@@ -66,18 +68,13 @@ def _run(request: Request, project_value: Any, run_id: Any) -> Run:
     project = _project(request, project_value)
     if not isinstance(run_id, str) or not run_id or not notes_service.storable_text(run_id):
         raise exceptions.ValidationError({"run_id": "the run's id (a string)"})
-    run = Run.objects.filter(project=project, run_id=run_id[:200]).select_related("project__team").first()
-    if run is None:
-        raise Http404("no such run")
-    return run
+    return access.get_run(request, project.pk, run_id[:200])
 
 
 def _check_write(request: Request, run: Run, action: str) -> None:
-    """Writes: a key of the run's project (already scoped by `_run`), or a user whose role allows it."""
-    if key_of(request) is not None:
-        return
-    if not projects_for_user(request.user, action).filter(pk=run.project_id).exists():
-        raise exceptions.PermissionDenied("your role in this team cannot do this")
+    """Writes: a key of the run's project (already scoped by `_run`), or a user whose role allows it
+    (403 with the reason otherwise)."""
+    access.require(request, run.project.team_id, action)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -185,17 +182,17 @@ class ShareLinkDetailView(BaseView):
 class NoteCreateSerializer(serializers.Serializer[Any]):
     project = serializers.CharField(help_text="project id (or an unambiguous slug)")
     run_id = serializers.CharField(max_length=200)
-    agent = serializers.CharField(required=False, allow_blank=True, max_length=200, help_text="pool agent")
+    agent = TextField(required=False, allow_blank=True, max_length=200, help_text="pool agent")
     turn = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text="1-based turn")
     step = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text="1-based step")
     # DRF's metaclass moves declared fields off the class, so this does not replace Field.label.
     label = serializers.ChoiceField(choices=Note.Label.values, default=Note.Label.QUESTION)  # type: ignore[assignment]
-    body = serializers.CharField(max_length=Note.BODY_MAX)
+    body = TextField(max_length=Note.BODY_MAX)
 
 
 class NoteEditSerializer(serializers.Serializer[Any]):
     label = serializers.ChoiceField(choices=Note.Label.values, required=False)  # type: ignore[assignment]
-    body = serializers.CharField(required=False, max_length=Note.BODY_MAX)
+    body = TextField(required=False, max_length=Note.BODY_MAX)
 
 
 class NoteSerializer(serializers.Serializer[Note]):

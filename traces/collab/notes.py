@@ -17,7 +17,8 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
-from traces.models import Action, AuditLog, Membership, Note, Run, Step, Turn, projects_for_user
+from traces.core import access
+from traces.models import Action, AuditLog, Membership, Note, Run, Step, Turn
 from traces.teams import audit
 
 
@@ -254,7 +255,7 @@ def note_perm_ctx(membership: Membership | None) -> dict[str, Any]:
 
 def notes_for_user(user: Any) -> QuerySet[Note]:
     """Notes on runs of every project the user may read (none for anonymous users)."""
-    return Note.objects.filter(run__project__in=projects_for_user(user, Action.READ))
+    return Note.objects.filter(run__project__in=access.projects(user))
 
 
 @dataclass(frozen=True)

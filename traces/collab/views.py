@@ -29,9 +29,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces.collab import notes as notes_service
 from traces.collab import sharing
+from traces.core import access
 from traces.core.authentication import SignedInRequest
-from traces.models import Action, Membership, Note, Run, ShareLink, membership_of, projects_for_user, user_can
-from traces.runs import live, views
+from traces.models import Action, Membership, Note, Run, ShareLink, membership_of
+from traces.runs import context, live
 
 NOTES_PER_PAGE = 50
 
@@ -48,43 +49,38 @@ def _shared(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def _shared_run(token: str) -> tuple[ShareLink, Run]:
-    link = sharing.link_for_token(token)
-    return link, sharing.bind_run_to_share(link.run, token)
-
-
 @require_GET
 def shared_run(request: HttpRequest, token: str) -> HttpResponse:
-    link, run = _shared_run(token)
-    agent = views._agent_for(request, run)
-    ctx = sharing.redact(views.run_ctx(request, run, agent), hide_content=link.hide_content)
+    link, run = access.shared_run(token)
+    agent = context.agent_for(request, run)
+    ctx = sharing.redact(context.run_ctx(request, run, agent), hide_content=link.hide_content)
     return _shared(render(request, "traces/run.html", ctx))
 
 
 @require_GET
 def shared_run_live(request: HttpRequest, token: str) -> HttpResponse:
-    link, run = _shared_run(token)
-    agent = views._agent_for(request, run)
+    link, run = access.shared_run(token)
+    agent = context.agent_for(request, run)
     # Conditional polling, as on the team's page (traces/runs/live.py): 304 until the run changes.
     tag = live.run_tag(run, "shared-run", agent, link.hide_content)
     if unchanged := live.not_modified(request, tag):
         return _shared(unchanged)
-    ctx = sharing.redact(views.live_run_ctx(request, run, agent), hide_content=link.hide_content)
+    ctx = sharing.redact(context.live_run_ctx(request, run, agent), hide_content=link.hide_content)
     return _shared(live.tagged(render(request, "traces/_run_live.html", ctx), tag))
 
 
 @require_GET
 def shared_run_fidelity(request: HttpRequest, token: str) -> HttpResponse:
-    link, run = _shared_run(token)
-    agent = views._agent_for(request, run)
-    ctx = sharing.redact(views.fidelity_ctx(request, run, agent), hide_content=link.hide_content)
+    link, run = access.shared_run(token)
+    agent = context.agent_for(request, run)
+    ctx = sharing.redact(context.fidelity_ctx(request, run, agent), hide_content=link.hide_content)
     return _shared(render(request, "traces/_fidelity_map.html", ctx))
 
 
 def _shared_turn_ctx(request: HttpRequest, token: str, number: int) -> dict[str, Any]:
-    link, run = _shared_run(token)
-    agent = views._agent_for(request, run)
-    ctx = views._turn_ctx(request, run, agent, number)
+    link, run = access.shared_run(token)
+    agent = context.agent_for(request, run)
+    ctx = context.turn_ctx(request, run, agent, number)
     return sharing.redact(ctx, hide_content=link.hide_content)
 
 
@@ -95,8 +91,8 @@ def shared_turn(request: HttpRequest, token: str, number: int) -> HttpResponse:
 
 @require_GET
 def shared_turn_live(request: HttpRequest, token: str, number: int) -> HttpResponse:
-    link, run = _shared_run(token)
-    tag = live.run_tag(run, "shared-turn", views._agent_for(request, run), number, link.hide_content)
+    link, run = access.shared_run(token)
+    tag = live.run_tag(run, "shared-turn", context.agent_for(request, run), number, link.hide_content)
     if unchanged := live.not_modified(request, tag):
         return _shared(unchanged)
     ctx = {**_shared_turn_ctx(request, token, number), "live_parts": True}
@@ -109,9 +105,8 @@ def shared_turn_live(request: HttpRequest, token: str, number: int) -> HttpRespo
 
 def _run_for_action(request: HttpRequest, project_id: int, run_id: str, action: str) -> Run:
     """The run if the caller may read it (else 404) and may do `action` in its team (else 403)."""
-    run = views._get_run_for_user(request, project_id, run_id)
-    if not user_can(request.user, run.project.team_id, action):
-        raise PermissionDenied("Your role in this team cannot do this.")
+    run = access.get_run(request, project_id, run_id)
+    access.require(request, run.project.team_id, action)
     return run
 
 
@@ -197,8 +192,7 @@ def _readable_note(request: HttpRequest, note_id: int) -> Note:
 @require_POST
 def note_resolve(request: HttpRequest, note_id: int) -> HttpResponse:
     note = _readable_note(request, note_id)
-    if not user_can(request.user, note.run.project.team_id, Action.NOTE):
-        raise PermissionDenied("Your role in this team cannot resolve notes.")
+    access.require(request, note.run.project.team_id, Action.NOTE)
     resolved = request.POST.get("resolved", "1") == "1"
     notes_service.do_set_resolved(note, request.user, resolved)
     return _back(request, _note_anchor(note.run, note))
@@ -251,7 +245,7 @@ def notes_page(request: SignedInRequest) -> HttpResponse:
     page = Paginator(qs, NOTES_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    writable = set(projects_for_user(request.user, Action.NOTE).values_list("team_id", flat=True))
+    writable = set(access.projects(request, Action.NOTE).values_list("team_id", flat=True))
     # Each note with the caller's membership of its team, for its Edit and Delete (Note.can_edit …).
     members = {m.team_id: m for m in Membership.objects.filter(user=request.user)}
     notes = list(page.object_list)
@@ -262,9 +256,7 @@ def notes_page(request: SignedInRequest) -> HttpResponse:
         "note_labels": Note.Label.choices,
         "filters": filters,
         "query": query.urlencode(),
-        "projects": list(
-            projects_for_user(request.user).select_related("team").order_by("team__name", "slug")
-        ),
+        "projects": list(access.projects(request).select_related("team").order_by("team__name", "slug")),
         "labels": Note.Label.choices,
         "writable_teams": writable,
     }

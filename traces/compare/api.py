@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces.compare import service as cmp
-from traces.core.api import BaseView, error_response, scoped_projects
+from traces.core.api import BaseView, error_response
 from traces.core.serializers import ErrorSerializer
 
 
@@ -48,8 +48,7 @@ class CompareView(BaseView):
             return error_response(
                 400, "bad_request", [{"field": "a/b", "message": "both must be <project_id>:<run_id>"}]
             )
-        projects = scoped_projects(request)
-        run_a, run_b = cmp.find_run(projects, p.get("a")), cmp.find_run(projects, p.get("b"))
+        run_a, run_b = cmp.find_run(request, p.get("a")), cmp.find_run(request, p.get("b"))
         if run_a is None or run_b is None:
             raise Http404("no such run")
         turn = p.get("turn")

@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.cache import cache
-from django.db.models import QuerySet
 from django.urls import reverse
 
 from runtime.compare import (
@@ -35,12 +34,12 @@ from runtime.compare import (
     pin_key,
 )
 from runtime.facts import primitive_outcome
+from traces.core import access
 from traces.models import (
     MESSAGE_DECISION_KEYS,
     ContextDecision,
     Pin,
     PrimitiveEvent,
-    Project,
     Run,
     Step,
     Turn,
@@ -75,17 +74,12 @@ def compare_url(a: Run | str, b: Run | str, **extra: Any) -> str:
     return reverse("traces:compare") + "?" + urlencode(params)
 
 
-def find_run(projects: QuerySet[Project], ref: str | None) -> Run | None:
-    """The run `ref` names if it is in one of `projects` (the caller's), else None."""
+def find_run(caller: Any, ref: str | None) -> Run | None:
+    """The run `ref` names if `caller` may read it (`traces.core.access`), else None."""
     parsed = parse_run_ref(ref)
     if parsed is None:
         return None
-    project_id, run_id = parsed
-    return (
-        Run.objects.filter(project_id=project_id, run_id=run_id, project__in=projects)
-        .select_related("project__team")
-        .first()
-    )
+    return access.find_run(caller, *parsed)
 
 
 def _agent_of(run: Run, agent: str | None) -> str:

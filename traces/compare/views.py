@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -21,7 +20,8 @@ from runtime.compare import LEVELS, Comparison, TurnData, TurnPair
 from traces import conversations as service
 from traces.compare import service as cmp
 from traces.conversations.views import RunSettingsForm
-from traces.models import Action, Conversation, Run, projects_for_user, user_can
+from traces.core import access
+from traces.models import Action, Conversation, Run
 from traces.runs import charts, live
 
 #: Steps of each fidelity map drawn at once on the compare page: half the run page's window, since
@@ -80,14 +80,15 @@ class _Side:
 def _side(request: HttpRequest, ref: str | None) -> _Side:
     """The run `ref` (`<project_id>:<run_id>`) names, if the caller may read it; else a conversation
     of theirs that will write that run; else 404 (outsiders learn nothing)."""
-    projects = projects_for_user(request.user)
-    run = cmp.find_run(projects, ref)
+    run = cmp.find_run(request, ref)
     if run is not None:
         return _Side(str(ref), run, None)
     parsed = cmp.parse_run_ref(ref)
     if parsed is not None:
         conv = (
-            Conversation.objects.filter(project_id=parsed[0], run_id=parsed[1], project__in=projects)
+            Conversation.objects.filter(
+                project_id=parsed[0], run_id=parsed[1], project__in=access.projects(request)
+            )
             .select_related("project__team")
             .first()
         )
@@ -164,7 +165,7 @@ def _summary_rows(c: Comparison) -> list[dict[str, Any]]:
     return rows
 
 
-def _map_start(c: Comparison, request: HttpRequest, total: int) -> int:
+def map_start(c: Comparison, request: HttpRequest, total: int) -> int:
     """The first step both maps draw: `?from=` (1-based), else a window opening a few steps before the
     divergence (where the two contexts part), else the start."""
     asked = _int(request.GET.get("from"))
@@ -194,7 +195,7 @@ def compare_ctx(request: HttpRequest, run_a: Run, run_b: Run) -> dict[str, Any]:
     shown, cut = _shown_pairs(c, pair)
     agent_a, agent_b = c.a.agent or "", c.b.agent or ""
     steps = max(c.a.steps, c.b.steps)
-    start = _map_start(c, request, steps)
+    start = map_start(c, request, steps)
     window = min(MAP_WINDOW, max(steps, 1))
     last_turn = max(len(c.a.turns), len(c.b.turns), 1)
     return {
@@ -301,15 +302,14 @@ class RunAgainForm(RunSettingsForm):
 def _conversation_to_rerun(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:
     conv = (
         Conversation.objects.filter(
-            pk=conversation_id, project_id=project_id, project__in=projects_for_user(request.user)
+            pk=conversation_id, project_id=project_id, project__in=access.projects(request)
         )
         .select_related("project__team")
         .first()
     )
     if conv is None:
         raise Http404("No such conversation.")
-    if not user_can(request.user, conv.project.team_id, Action.CONVERSE):
-        raise PermissionDenied("Your role may read this conversation but not start runs.")
+    access.require(request, conv.project.team_id, Action.CONVERSE)
     return conv
 
 

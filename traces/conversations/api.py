@@ -23,11 +23,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces import conversations as service
-from traces.core import converters  # noqa: F401  (registers the `id` converter)
-from traces.core.api import BaseView, error_response, scoped_projects
+from traces.core import (
+    access,
+    converters,  # noqa: F401  (registers the `id` converter)
+)
+from traces.core.api import BaseView, error_response
 from traces.core.authentication import key_of
 from traces.core.serializers import ErrorSerializer
-from traces.models import Action, Conversation, Project, user_can
+from traces.models import Action, Conversation, Project
 
 
 class AgentSerializer(serializers.Serializer):
@@ -124,15 +127,13 @@ ProviderListSerializer = inline_serializer(
 def _may_write(request: Request, project: Project) -> bool:
     """Members and up may start and steer conversations (`Action.CONVERSE`); so may a read + ingest
     key of the project (ingest-only keys are refused by `BaseView` before this)."""
-    if key_of(request) is not None:
-        return True
-    return user_can(request.user, project.team_id, Action.CONVERSE)
+    return access.can(request, project.team_id, Action.CONVERSE)
 
 
 def _project_for(request: Request, ref: Any, team: Any) -> Project:
     """The project named in the body (id or slug), among those the caller may read; 404 otherwise."""
     key = key_of(request)
-    projects = scoped_projects(request).select_related("team")
+    projects = access.projects(request).select_related("team")
     if key is not None and ref in (None, ""):
         return key.project
     if ref in (None, ""):
@@ -159,7 +160,7 @@ def _project_for(request: Request, ref: Any, team: Any) -> Project:
 
 def _conversation_for(request: Request, conversation_id: int) -> Conversation:
     conv = (
-        Conversation.objects.filter(pk=conversation_id, project__in=scoped_projects(request))
+        Conversation.objects.filter(pk=conversation_id, project__in=access.projects(request))
         .select_related("project")
         .first()
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -67,10 +68,13 @@ def _check_concurrency(project: Project) -> None:
 def enqueue(conversation_id: int) -> None:
     """Send `run_conversation(conversation_id)` to `ARCANA_AGENTS_QUEUE` once the current transaction
     commits (at once outside one): the worker must see the committed row."""
-    from traces.tasks import run_conversation
-
     queue_name = str(settings.ARCANA_AGENTS_QUEUE)
-    transaction.on_commit(lambda: run_conversation.apply_async((conversation_id,), queue=queue_name))
+    # By the task's name (traces/tasks.py imports this package): no import circle.
+    transaction.on_commit(
+        lambda: current_app.send_task(
+            "traces.tasks.run_conversation", (conversation_id,), queue=queue_name, ignore_result=True
+        )
+    )
 
 
 def post_message(conversation: Conversation, content: Any, *, agent: Any = None) -> Conversation:

@@ -3,7 +3,7 @@ chat, or a script running) with its answer, context decisions and active pins up
 
 Thin views (STYLE.md item 7): the rules (what may be started, when a message is accepted, cancel)
 are `traces.conversations`' service functions, the same the API calls; the context decisions and
-pins come from the projections through `traces.runs.views._turn_ctx`, the turn page's own reading.
+pins come from the projections through `traces.runs.views.turn_ctx`, the turn page's own reading.
 Members start and steer conversations; viewers read them (the form answers 403, steering 403);
 outsiders get 404.
 """
@@ -23,8 +23,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from traces import conversations as service
-from traces.models import Action, Conversation, Project, Turn, projects_for_user, user_can
-from traces.runs import live
+from traces.core import access
+from traces.models import Action, Conversation, Project, Turn
+from traces.runs import (
+    context,  # the turn page's reading of a turn, not a second one
+    live,
+)
 
 #: Rows of agent fields the form offers for a pool (empty rows are ignored).
 AGENT_ROWS = 4
@@ -187,7 +191,7 @@ def _field_of(detail_field: str) -> str | None:
 @require_http_methods(["GET", "POST"])
 def new(request: HttpRequest) -> HttpResponse:
     """The new-run form; a valid POST starts the conversation and opens its page."""
-    projects = list(projects_for_user(request.user, Action.CONVERSE).select_related("team").distinct())
+    projects = list(access.projects(request, Action.CONVERSE).select_related("team").distinct())
     if not projects:
         # Viewers read runs but may not start one (outsiders have no project to start one in).
         raise PermissionDenied("Your role may read runs but not start conversations.")
@@ -229,7 +233,7 @@ def _get_conversation_for_user(
     """The conversation if the caller is in its project's team, else 404 (never 403). `only`: just
     these columns (the live poll's tag)."""
     qs = Conversation.objects.filter(
-        pk=conversation_id, project_id=project_id, project__in=projects_for_user(request.user)
+        pk=conversation_id, project_id=project_id, project__in=access.projects(request)
     )
     conv = (qs.only(*only) if only else qs.select_related("project__team")).first()
     if conv is None:
@@ -254,8 +258,6 @@ def _live_ctx(request: HttpRequest, conv: Conversation) -> dict[str, Any]:
     """The transcript, the turn now running or last run, and beside it that turn's context decisions,
     its primitive calls and the pins active at it (all read from the projections, so they move while
     the turn runs, step by step)."""
-    from traces.runs.views import _turn_ctx  # the turn page's reading of a turn, not a second one
-
     run = conv.run
     transcript = list(conv.transcript or [])
     pending = [dict(m, index=i) for i, m in enumerate(conv.script[conv.cursor :], start=conv.cursor)]
@@ -275,7 +277,7 @@ def _live_ctx(request: HttpRequest, conv: Conversation) -> dict[str, Any]:
             .first()
         )
         if last is not None:
-            side = _turn_ctx(request, run, agent, last)
+            side = context.turn_ctx(request, run, agent, last)
     # The running turn's latest words, before the transcript has its answer.
     working = None
     if side and pending and conv.is_active:
@@ -290,7 +292,7 @@ def _live_ctx(request: HttpRequest, conv: Conversation) -> dict[str, Any]:
         "agent": agent,
         "side": side,
         "working": working,
-        "may_steer": user_can(request.user, conv.project.team_id, Action.CONVERSE),
+        "may_steer": access.can(request, conv.project.team_id, Action.CONVERSE),
         "live_etag": _conversation_tag(conv),
         # Poll while a worker owns it or its run still streams; a playground waiting for the user, or
         # a finished conversation, changes only when someone acts (the page restarts polling then).
@@ -327,8 +329,7 @@ def conversation_live(request: HttpRequest, project_id: int, conversation_id: in
 
 def _steerable(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:
     conv = _get_conversation_for_user(request, project_id, conversation_id)
-    if not user_can(request.user, conv.project.team_id, Action.CONVERSE):
-        raise PermissionDenied("Your role may read this conversation but not steer it.")
+    access.require(request, conv.project.team_id, Action.CONVERSE)
     return conv
 
 

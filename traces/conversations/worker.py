@@ -281,10 +281,41 @@ def _record_failure(store: StoreSink, conv: Conversation, exc: BaseException) ->
     )
 
 
+def _stop_before_turn(
+    conv: Conversation, engine: _Engine, lease: _Lease, owner: str
+) -> tuple[str | None, str] | None:
+    """Why the conversation must not run its next turn (its final status and reason; None as the status
+    when this worker just lets go of it), or None to run it. Reads the row afresh."""
+    max_turns = int(settings.ARCANA_MAX_TURNS_PER_CONVERSATION)
+    max_tokens = int(settings.ARCANA_MAX_TOKENS_PER_CONVERSATION)
+    conv.refresh_from_db(fields=["script", "cursor", "cancel_requested", "status", "lease_owner"])
+    if conv.lease_owner != owner or conv.status != Conversation.Status.RUNNING:
+        return None, ""  # the sweeper gave the work to someone else, or it was cancelled
+    if conv.cancel_requested or lease.cancelled.is_set():
+        return Conversation.Status.CANCELLED, "cancelled by a user"
+    if conv.cursor >= len(conv.script):
+        if conv.mode == Conversation.Mode.PLAYGROUND:
+            return Conversation.Status.WAITING_FOR_USER, ""
+        return Conversation.Status.COMPLETED, ""
+    if workers.stopping():  # hand the rest back: a stop waits for one turn, not the conversation
+        _hand_back(conv, owner)
+        return None, ""
+    if conv.cursor >= max_turns:
+        return (
+            Conversation.Status.FAILED,
+            f"turn limit reached ({max_turns} turns, ARCANA_MAX_TURNS_PER_CONVERSATION)",
+        )
+    if engine.tokens_used() >= max_tokens:
+        return (
+            Conversation.Status.FAILED,
+            f"token limit reached ({max_tokens:,} tokens, ARCANA_MAX_TOKENS_PER_CONVERSATION)",
+        )
+    return None
+
+
 def _run_turns(
     conv: Conversation, engine: _Engine, lease: _Lease, loop: asyncio.AbstractEventLoop, owner: str
 ) -> tuple[str | None, str]:
-    max_turns = int(settings.ARCANA_MAX_TURNS_PER_CONVERSATION)
     max_tokens = int(settings.ARCANA_MAX_TOKENS_PER_CONVERSATION)
 
     def stop_check() -> tuple[str, str] | None:
@@ -303,28 +334,8 @@ def _run_turns(
         s.stop_check = stop_check
 
     while True:
-        conv.refresh_from_db(fields=["script", "cursor", "cancel_requested", "status", "lease_owner"])
-        if conv.lease_owner != owner or conv.status != Conversation.Status.RUNNING:
-            return None, ""  # the sweeper gave the work to someone else, or it was cancelled
-        if conv.cancel_requested or lease.cancelled.is_set():
-            return Conversation.Status.CANCELLED, "cancelled by a user"
-        if conv.cursor >= len(conv.script):
-            if conv.mode == Conversation.Mode.PLAYGROUND:
-                return Conversation.Status.WAITING_FOR_USER, ""
-            return Conversation.Status.COMPLETED, ""
-        if workers.stopping():  # hand the rest back: a stop waits for one turn, not the conversation
-            _hand_back(conv, owner)
-            return None, ""
-        if conv.cursor >= max_turns:
-            return (
-                Conversation.Status.FAILED,
-                f"turn limit reached ({max_turns} turns, ARCANA_MAX_TURNS_PER_CONVERSATION)",
-            )
-        if engine.tokens_used() >= max_tokens:
-            return (
-                Conversation.Status.FAILED,
-                f"token limit reached ({max_tokens:,} tokens, ARCANA_MAX_TOKENS_PER_CONVERSATION)",
-            )
+        if (stop := _stop_before_turn(conv, engine, lease, owner)) is not None:
+            return stop
         message = conv.script[conv.cursor]
         session = engine.session_for(message.get("agent"))
         reply = loop.run_until_complete(session.send(message["content"]))

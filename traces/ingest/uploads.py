@@ -29,6 +29,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
@@ -68,11 +69,12 @@ def worker_name() -> str:
 def enqueue_upload(upload_id: int) -> bool:
     """Send the task of a `queued` upload. False (logged) when the broker cannot be reached: the row
     keeps `queued` and its `queued_at`, and `sweep_uploads` sends it again later."""
-    from traces.tasks import process_upload
-
     Upload.objects.filter(pk=upload_id, status=Upload.Status.QUEUED).update(queued_at=timezone.now())
     try:
-        process_upload.apply_async((upload_id,), queue=ingest_queue())
+        # By the task's name (traces/tasks.py imports this module): no import circle.
+        current_app.send_task(
+            "traces.tasks.process_upload", (upload_id,), queue=ingest_queue(), ignore_result=True
+        )
     except Exception as exc:  # kombu.exceptions.OperationalError, socket errors: the broker is down
         log.warning("upload %s stays queued: the broker is unreachable (%s)", upload_id, exc)
         return False

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from .runs import Run
+from .runs import Run, run_page_url
 from .teams import Project
 
 
@@ -95,8 +95,6 @@ class Conversation(models.Model):
 
     def get_absolute_url(self) -> str:
         """The run page of this conversation (it answers 404 until the first event is stored)."""
-        from traces.models import run_page_url
-
         return run_page_url(self.project_id, self.run_id)
 
     def page_url(self) -> str:

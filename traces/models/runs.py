@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import models
 from django.db.models import Q, QuerySet
@@ -118,11 +119,11 @@ class Run(models.Model):
     @property
     def conversation(self) -> Conversation | None:
         """The conversation our workers ran as this run, if any (`traces/models/conversation.py`)."""
-        from .conversation import Conversation  # it imports this module
-
+        # By its name: the conversation's module imports this one.
+        conversations = apps.get_model("traces", "Conversation")._default_manager
         cached = self.__dict__.get("_conversation", False)
         if cached is False:
-            cached = Conversation.objects.filter(project_id=self.project_id, run_id=self.run_id).first()
+            cached = conversations.filter(project_id=self.project_id, run_id=self.run_id).first()
             self.__dict__["_conversation"] = cached
         return cached
 

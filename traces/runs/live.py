@@ -24,7 +24,8 @@ from django.db import connection
 from django.db.models import Field
 from django.http import HttpRequest, HttpResponse, HttpResponseNotModified
 
-from traces.models import Action, Conversation, Membership, Project, Run, roles_allowed
+from traces.core import access
+from traces.models import Action, Conversation, Membership, Project, Run
 
 #: Bumped when a fragment's template changes shape, so pages open across a deploy re-render.
 FRAGMENT_VERSION = "1"
@@ -75,7 +76,7 @@ def _poll_sql() -> str:
     q = connection.ops.quote_name
     run, conv = q(Run._meta.db_table), q(Conversation._meta.db_table)
     project, member = q(Project._meta.db_table), q(Membership._meta.db_table)
-    roles = ", ".join(["%s"] * len(roles_allowed(Action.READ)))
+    roles = ", ".join(["%s"] * len(access.run_roles(Action.READ)))
     cols = ", ".join(f"r.{q(c)}" for c in _RUN_COLUMNS)
     conv_cols = ", ".join(f"c.{q(c)} AS {q('conv_' + c)}" for c in _CONVERSATION_COLUMNS)
     return (
@@ -122,13 +123,13 @@ def _from_db(column: str, value: Any) -> Any:
 
 def poll_run(user: Any, project_id: int, run_id: str) -> Run | None:
     """The columns of run (`project_id`, `run_id`) that `run_tag` reads, with its conversation's, if
-    `user` may read it (None otherwise: the caller answers 404, as `_get_run_for_user` would).
+    `user` may read it (None otherwise: the caller answers 404, as `access.get_run` would).
 
     The row is a `Run` with every other column deferred, and `run.conversation` a `Conversation` of
     the token's columns (reading anything else of either costs a query: use the full row for that)."""
     if user is None or not user.is_authenticated:
         return None
-    params = [project_id, run_id, user.pk, *roles_allowed(Action.READ)]
+    params = [project_id, run_id, user.pk, *access.run_roles(Action.READ)]
     found = list(Run.objects.raw(_poll_sql(), params))
     if not found:
         return None

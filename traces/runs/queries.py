@@ -1,4 +1,4 @@
-"""Read helpers for the dashboard pages: scoping, run filters, and the view models the templates draw.
+"""Read helpers for the dashboard pages: the filter choices and the view models the templates draw.
 
 Everything here reads projections (`Run`, `Turn`, `Step`, `ContextDecision`, `Pin`, `PrimitiveEvent`,
 `Upload`); nothing parses raw event JSON. Each builder issues a fixed number of queries whatever the
@@ -9,13 +9,11 @@ The fidelity map and pin lanes are laid out by `traces.runs.charts`.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
-from django.http import QueryDict
+from django.db.models import QuerySet
 
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
 from traces.models import (
@@ -24,94 +22,8 @@ from traces.models import (
     Project,
     Run,
     Turn,
-    Upload,
-    projects_for_user,
 )
 from traces.runs.charts import outcome_class, outcome_label
-
-
-def runs_for_user(user: Any) -> QuerySet[Run]:
-    """Runs in any project of the user's teams (none for anonymous users)."""
-    return Run.objects.filter(project__in=projects_for_user(user))
-
-
-def uploads_for_user(user: Any) -> QuerySet[Upload]:
-    return Upload.objects.filter(project__in=projects_for_user(user))
-
-
-@dataclass(frozen=True)
-class RunFilters:
-    """The runs list's filters, parsed leniently from the query string (bad values are ignored).
-
-    >>> RunFilters.from_query(QueryDict("status=running&pins=1")).status
-    'running'
-    """
-
-    project: str = ""
-    agent: str = ""
-    status: str = ""
-    model: str = ""
-    source: str = ""
-    has_pins: bool = False
-    has_recalls: bool = False
-    date_from: dt.date | None = None
-    date_to: dt.date | None = None
-    q: str = ""
-
-    @classmethod
-    def from_query(cls, query: QueryDict) -> RunFilters:
-        def date(name: str) -> dt.date | None:
-            try:
-                return dt.date.fromisoformat(query.get(name, ""))
-            except ValueError:
-                return None
-
-        status = query.get("status", "")
-        source = query.get("source", "")
-        return cls(
-            project=query.get("project", "")[:100],
-            agent=query.get("agent", "")[:200],
-            status=status if status in Run.Status.values else "",
-            model=query.get("model", "")[:200],
-            source=source if source in Run.Source.values else "",
-            has_pins=query.get("pins") == "1",
-            has_recalls=query.get("recalls") == "1",
-            date_from=date("from"),
-            date_to=date("to"),
-            q=query.get("q", "").strip()[:200],
-        )
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, f) for f in self.__dataclass_fields__)
-
-    def apply(self, qs: QuerySet[Run]) -> QuerySet[Run]:
-        """Narrow `qs`; every condition is a WHERE clause or an EXISTS, so it stays one query."""
-        if self.project:
-            qs = qs.filter(project__slug=self.project)
-        if self.agent:
-            # Agents live in a JSON list; an EXISTS over turns works the same on SQLite and PostgreSQL.
-            qs = qs.filter(Exists(Turn.objects.filter(run=OuterRef("pk"), agent=self.agent)))
-        if self.status:
-            qs = qs.filter(status=self.status)
-        if self.model:
-            qs = qs.filter(model=self.model)
-        if self.source:
-            qs = qs.filter(source=self.source)
-        if self.has_pins:
-            qs = qs.filter(pin_count__gt=0)
-        if self.has_recalls:
-            qs = qs.filter(recall_count__gt=0)
-        if self.date_from:
-            qs = qs.filter(started_at__date__gte=self.date_from)
-        if self.date_to:
-            qs = qs.filter(started_at__date__lte=self.date_to)
-        if self.q:
-            pins = Pin.objects.filter(run=OuterRef("pk")).filter(
-                Q(label__icontains=self.q) | Q(content__icontains=self.q) | Q(pin_id=self.q)
-            )
-            qs = qs.filter(Q(run_id__icontains=self.q) | Exists(pins))
-        return qs
 
 
 @dataclass
@@ -121,10 +33,10 @@ class FilterChoices:
     agents: list[str]
 
 
-def filter_choices(user: Any) -> FilterChoices:
-    """Values offered by the filter selects (three small queries, capped)."""
-    runs = runs_for_user(user)
-    projects = list(projects_for_user(user).select_related("team").order_by("team__name", "slug"))
+def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> FilterChoices:
+    """Values offered by the filter selects for these runs and projects, the caller's (three small
+    queries, capped)."""
+    projects = list(projects_qs.select_related("team").order_by("team__name", "slug"))
     models = list(runs.exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:100])
     agents = list(
         Turn.objects.filter(run__in=runs)

@@ -16,7 +16,7 @@ Why a cache: the parts of a run that is not updating cannot change, and a change
 `updated_at` (ingestion and `rebuild_projections` set it), hence a new key, as for the fidelity map
 (`traces.runs.charts.fidelity_map`). A run that is updating is always read afresh. What is cached is the
 run's own data: no notes, no forms or tokens, no links, nothing about the reader; the caller checks
-access before asking (`views._get_run_for_user`, a share link's token), and the key holds the run's
+access before asking (`traces.core.access`, a share link's token), and the key holds the run's
 primary key, so a page of another run, project or team can never be answered from it. The decision
 table shows a pin's label and id only, never its content, so a share link that hides content
 (`traces.collab.sharing.redact`, applied to the parts after they are read) shows the same table.

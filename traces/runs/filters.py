@@ -1,0 +1,163 @@
+"""The runs list's one filter: `RunFilter`, used by the runs page and `GET /api/v1/runs` alike.
+
+One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
+`project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
+`started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
+break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
+`pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
+
+The API is strict: a bad value is a 400 naming the parameter (`DjangoFilterBackend`). The page is
+lenient: a bad value is left out and the others still filter (`RunFilter.qs` filters by the valid
+ones only), and the form shows what it took.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+from typing import Any
+
+import django_filters
+from django import forms
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from traces.models import Pin, Run, Turn
+
+#: The page's older parameter names and the ones they stand for.
+ALIASES = {"from": "started_after", "pins": "has_pins", "recalls": "has_recalls"}
+
+
+class FlagField(forms.Field):
+    """A yes/no parameter: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`; empty means unset."""
+
+    TRUE = frozenset({"1", "true", "yes", "on"})
+    FALSE = frozenset({"0", "false", "no", "off"})
+
+    def to_python(self, value: Any) -> bool | None:
+        text = str(value if value is not None else "").strip().lower()
+        if text in self.TRUE:
+            return True
+        if text in self.FALSE:
+            return False
+        if text == "":
+            return None
+        raise forms.ValidationError("true or false (1 or 0)")
+
+
+class InstantField(forms.Field):
+    """An ISO 8601 date-time (without an offset, in the server's time zone) or a date (its start)."""
+
+    def to_python(self, value: Any) -> dt.datetime | None:
+        text = str(value or "").strip()
+        if not text:
+            return None
+        try:
+            parsed = parse_datetime(text)
+            if parsed is None and (day := parse_date(text)) is not None:
+                parsed = dt.datetime.combine(day, dt.time.min)
+            if parsed is not None and timezone.is_naive(parsed):
+                parsed = timezone.make_aware(parsed)
+            if parsed is not None:
+                parsed.astimezone(dt.UTC)  # the database compares in UTC: it must stay in years 1-9999
+        except (ValueError, OverflowError):  # "2026-13-01", "9999-12-31T23:00-05:00"
+            parsed = None
+        if parsed is None:
+            raise forms.ValidationError(f"not an ISO 8601 date or date-time: {text[:40]!r}")
+        return parsed
+
+
+class FlagFilter(django_filters.Filter):
+    field_class = FlagField
+
+
+class InstantFilter(django_filters.Filter):
+    field_class = InstantField
+
+
+def _flag(count_field: str) -> Any:
+    def method(qs: QuerySet[Run], name: str, value: bool | None) -> QuerySet[Run]:
+        if value is None:
+            return qs
+        return qs.filter(**{f"{count_field}__gt": 0}) if value else qs.filter(**{count_field: 0})
+
+    return method
+
+
+def with_aliases(data: Any) -> QueryDict | None:
+    """`data` with the older names put under the current ones (a current name, if given, wins)."""
+    if data is None:
+        return None
+    query = data.copy() if isinstance(data, QueryDict) else QueryDict(mutable=True)
+    if not isinstance(data, QueryDict):
+        for k, v in dict(data).items():
+            query[str(k)] = str(v)
+    for old, new in ALIASES.items():
+        if old in query and new not in query:
+            query.setlist(new, query.getlist(old))
+    if "to" in query and "started_before" not in query:
+        day = parse_date(str(query["to"]).strip()) if query["to"] else None
+        if day is not None and day < dt.date.max:
+            query["started_before"] = (day + dt.timedelta(days=1)).isoformat()
+    return query
+
+
+class RunFilter(django_filters.FilterSet):
+    """The runs list's filters; every condition is a WHERE clause or an EXISTS, so it stays one query."""
+
+    project = django_filters.CharFilter(field_name="project__slug", max_length=100, help_text="project slug")
+    agent = django_filters.CharFilter(method="filter_agent", max_length=200, help_text="a turn by this agent")
+    status = django_filters.ChoiceFilter(choices=Run.Status.choices)
+    model = django_filters.CharFilter(max_length=200, help_text="the run's model")
+    source = django_filters.ChoiceFilter(choices=Run.Source.choices, help_text="who wrote the trace")
+    has_pins = FlagFilter(method=_flag("pin_count"), help_text="runs that pinned content (alias `pins`)")
+    has_recalls = FlagFilter(method=_flag("recall_count"), help_text="runs that recalled (alias `recalls`)")
+    has_primitives = FlagFilter(method=_flag("primitives"), help_text="runs with any primitive call")
+    started_after = InstantFilter(
+        field_name="started_at",
+        lookup_expr="gte",
+        help_text="started at or after (date or date-time; alias `from`)",
+    )
+    started_before = InstantFilter(
+        field_name="started_at",
+        lookup_expr="lt",
+        help_text="started before (date or date-time; alias `to`, the last day inclusive)",
+    )
+    q = django_filters.CharFilter(
+        method="search", max_length=200, help_text="text in the run id, a pin's label or content, or a pin id"
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(with_aliases(data), *args, **kwargs)
+
+    def filter_agent(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        # Agents live in a JSON list; an EXISTS over turns works the same on SQLite and PostgreSQL.
+        return qs.filter(Exists(Turn.objects.filter(run=OuterRef("pk"), agent=value)))
+
+    def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        text = value.strip()
+        if not text:
+            return qs
+        pins = Pin.objects.filter(run=OuterRef("pk")).filter(
+            Q(label__icontains=text) | Q(content__icontains=text) | Q(pin_id=text)
+        )
+        return qs.filter(Q(run_id__icontains=text) | Exists(pins))
+
+    @property
+    def values(self) -> SimpleNamespace:
+        """What the page's form shows: each filter's valid value (None when unset or refused), and
+        `active` when any filters."""
+        self.is_valid()
+        cleaned = getattr(self.form, "cleaned_data", {})
+        values = {name: cleaned.get(name) for name in self.filters}
+        values["active"] = any(v not in (None, "") for v in values.values())
+        # The page's "to" field shows the last day included (`started_before` is the day after).
+        before = values.get("started_before")
+        values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None
+        return SimpleNamespace(**values)
