@@ -336,7 +336,7 @@ def test_it_answers_known_nasty_queries_without_a_500(
 
 
 def test_the_schema_is_public_and_holds_no_data(samples: Project, client: Client) -> None:
-    """README "Security": /api/v1/schema describes the API only (what the open-source code says too)."""
+    """docs/guide/deployment.md, "Security": /api/v1/schema describes the API only (what the open-source code says too)."""
     r = client.get("/api/v1/schema?format=json")
     assert r.status_code == 200
     text = r.content.decode()
@@ -344,7 +344,7 @@ def test_the_schema_is_public_and_holds_no_data(samples: Project, client: Client
 
 
 def test_the_admin_lets_in_staff_only(alice_client: Client, client: Client) -> None:
-    """README "Security": /admin/ answers, but only staff accounts get past its (throttled) login."""
+    """docs/guide/deployment.md, "Security": /admin/ answers, but only staff accounts get past its (throttled) login."""
     assert client.get("/admin/")["Location"].startswith("/admin/login/")
     assert alice_client.get("/admin/")["Location"].startswith("/admin/login/")  # a member, not staff
 
