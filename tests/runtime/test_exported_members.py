@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import runtime
+import runtime.compare
+import runtime.facts
 
 
 def test_it_exports_exactly_the_public_names() -> None:
@@ -49,32 +51,47 @@ def test_the_issue_surface_is_exported() -> None:
         "ProviderResponseError",
         "ToolDefinitionError",
         "TraceFormatError",
-        # runtime.facts: the one reading of a trace (turns, pins, outcomes, failures, bundles)
-        "NormalizedEvent",
-        "PinLifetime",
-        "PinnedBlock",
-        "PrimitiveOutcome",
-        "RunLinks",
-        "SendOutcome",
-        "StepError",
-        "StepView",
-        "ToolResult",
-        "TurnView",
-        "build_steps",
-        "normalize_events",
-        "pin_active_at",
-        "pin_lifetimes",
-        "pinned_blocks",
-        "primitive_outcome",
-        "run_links",
-        "run_outcome",
-        "step_errors",
-        "tool_results",
-        "turn_outcome",
     }
     assert required <= set(runtime.__all__)
     for name in runtime.__all__:
         assert getattr(runtime, name) is not None
+
+
+# runtime.facts: the one reading of a trace (turns, pins, outcomes, failures, bundles)
+FACTS = {
+    "NormalizedEvent",
+    "PinLifetime",
+    "PinnedBlock",
+    "PrimitiveOutcome",
+    "RunLinks",
+    "SendOutcome",
+    "StepError",
+    "StepView",
+    "ToolResult",
+    "TurnView",
+    "build_steps",
+    "normalize_events",
+    "pin_active_at",
+    "pin_lifetimes",
+    "pinned_blocks",
+    "primitive_outcome",
+    "run_links",
+    "run_outcome",
+    "step_errors",
+    "tool_results",
+    "turn_outcome",
+}
+# runtime.compare: two runs at the level of the context
+COMPARE = {"Comparison", "RunData", "compare", "run_data_from_events"}
+
+
+def test_facts_and_compare_are_exported_from_their_own_modules_only() -> None:
+    assert FACTS <= set(runtime.facts.__all__)
+    assert COMPARE <= set(runtime.compare.__all__)
+    assert not (FACTS | COMPARE) & set(runtime.__all__)
+    # (`runtime.compare` itself is the submodule, an attribute once imported.)
+    assert [n for n in FACTS if n in vars(runtime)] == []
+    assert [n for n in COMPARE if vars(runtime).get(n) is getattr(runtime.compare, n)] == []
 
 
 def test_the_module_docstring_is_kept() -> None:
