@@ -13,6 +13,7 @@ from ._http_sink import HttpBatchSink
 from ._primitives import CognitiveHandler, PinEntry, PinState
 from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
 from ._providers import PRESETS, OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
+from ._public import publish as _publish
 from ._session import AgentPool, ChatSession, Reply, Runtime
 from ._tokens import CalibratedCounter, TokenCounter
 from ._tools import Tool, tool
@@ -89,3 +90,6 @@ __all__ = [
     "WorkingSetBuilder",
     "tool",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

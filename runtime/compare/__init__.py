@@ -38,6 +38,7 @@ working-set diff, summary: `compare`), `events` (`run_data_from_events`, from tr
 
 from __future__ import annotations
 
+from .._public import publish as _publish
 from .data import ABSENT, LEVELS, MAX_INDEX, PinData, RunData, StepData, TurnData, level_of, pin_key
 from .diff import Comparison, Divergence, MessageDiff, StepDiff, TurnPair, WorkingSetDiff, compare
 from .events import run_data_from_events
@@ -61,3 +62,6 @@ __all__ = [
     "pin_key",
     "run_data_from_events",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

@@ -27,6 +27,7 @@ Where each fact lives:
 
 from __future__ import annotations
 
+from .._public import publish as _publish
 from ._events import (
     ARCANA_PRODUCER,
     NormalizedEvent,
@@ -130,3 +131,6 @@ __all__ = [
     "turn_outcome",
     "unrecorded_calls",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())
