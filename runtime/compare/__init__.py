@@ -33,7 +33,8 @@ Rules (each stated once, here):
   calls, rejected ones failed `pin` calls; recalls are found or not found.
 
 Modules: `data` (the plain data a comparison reads, levels, pin keys), `diff` (alignment, divergence,
-working-set diff, summary: `compare`), `events` (`run_data_from_events`, from trace files).
+working-set diff, summary: `compare`), `events` (`run_data_from_events`, from trace files). Import the
+names from `runtime.compare` (not from `runtime` or these modules): they carry it as their module.
 """
 
 from __future__ import annotations
