@@ -1,5 +1,10 @@
 """Arcana Console's agent runtime: providers, working-set builder, sessions, pools, cognitive
-primitives and traces. Pure Python: nothing here imports Django, DRF, Celery or `traces`."""
+primitives and traces. Pure Python: nothing here imports Django, DRF, Celery or `traces`.
+
+What a trace means and how two runs compare are their own public modules, imported from there only:
+`runtime.facts` (turns, steps, pins, outcomes, failures) and `runtime.compare` (`compare`, `RunData`).
+`runtime.errors` defines the exceptions (also exported here); `runtime.tracefiles`, `runtime.scenarios`
+and `runtime.demo` are the other public modules. Everything else (`runtime._…`) is private."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from ._http_sink import HttpBatchSink
 from ._primitives import CognitiveHandler, PinEntry, PinState
 from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
 from ._providers import PRESETS, OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
+from ._public import publish as _publish
 from ._session import AgentPool, ChatSession, Reply, Runtime
 from ._tokens import CalibratedCounter, TokenCounter
 from ._tools import Tool, tool
@@ -23,7 +29,6 @@ from ._working_set import (
     WorkingSet,
     WorkingSetBuilder,
 )
-from .compare import Comparison, RunData, run_data_from_events
 from .errors import (
     ArcanaRuntimeError,
     ConfigError,
@@ -36,29 +41,6 @@ from .errors import (
     ToolDefinitionError,
     TraceFormatError,
 )
-from .facts import (
-    NormalizedEvent,
-    PinLifetime,
-    PinnedBlock,
-    PrimitiveOutcome,
-    RunLinks,
-    SendOutcome,
-    StepError,
-    StepView,
-    ToolResult,
-    TurnView,
-    build_steps,
-    normalize_events,
-    pin_active_at,
-    pin_lifetimes,
-    pinned_blocks,
-    primitive_outcome,
-    run_links,
-    run_outcome,
-    step_errors,
-    tool_results,
-    turn_outcome,
-)
 
 __all__ = [
     "AgentPool",
@@ -67,7 +49,6 @@ __all__ = [
     "CallableSink",
     "ChatSession",
     "CognitiveHandler",
-    "Comparison",
     "ConfigError",
     "ContextDecision",
     "ContextOverflowError",
@@ -78,15 +59,11 @@ __all__ = [
     "JsonlFileSink",
     "MessageDecision",
     "MultiSink",
-    "NormalizedEvent",
     "OpenAICompatibleProvider",
     "PRESETS",
     "PinBlock",
     "PinEntry",
-    "PinLifetime",
     "PinState",
-    "PinnedBlock",
-    "PrimitiveOutcome",
     "Provider",
     "ProviderConnectionError",
     "ProviderError",
@@ -96,39 +73,23 @@ __all__ = [
     "ProviderTimeout",
     "ProviderTimeouts",
     "Reply",
-    "RunData",
-    "RunLinks",
     "Runtime",
     "RuntimeConfig",
     "ScriptedProvider",
-    "SendOutcome",
-    "StepError",
-    "StepView",
     "TokenCounter",
     "Tool",
     "ToolCall",
     "ToolDefinitionError",
-    "ToolResult",
     "TraceEvent",
     "TraceFormatError",
     "TraceReader",
     "TraceSink",
     "TraceWriter",
-    "TurnView",
     "Usage",
     "WorkingSet",
     "WorkingSetBuilder",
-    "build_steps",
-    "normalize_events",
-    "pin_active_at",
-    "pin_lifetimes",
-    "pinned_blocks",
-    "primitive_outcome",
-    "run_data_from_events",
-    "run_links",
-    "run_outcome",
-    "step_errors",
     "tool",
-    "tool_results",
-    "turn_outcome",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ._public import publish as _publish
 from ._trace import decode_jsonl_line
 
 __all__ = ["TRACE_SUFFIXES", "decode_jsonl_line", "is_trace_file", "progress_bar", "trace_files"]
@@ -53,3 +54,7 @@ def progress_bar(done: int, total: int | None, width: int = 30) -> str:
     frac = min(1.0, done / total)
     filled = int(round(frac * width))
     return "[" + "#" * filled + "." * (width - filled) + f"] {frac:4.0%} {done}/{total} lines"
+
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

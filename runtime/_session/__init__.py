@@ -20,9 +20,15 @@ One step: build the working set (history + active pins, within the window) → w
 `llm_call` events → run the primitive calls, then the tool calls (results go back in the model's call
 order) → next step, until the model answers without tool calls or `max_steps_per_turn` is reached.
 
-Modules: `runtime` (`Runtime`), `session` (`ChatSession`, its step loop, `Reply`), `events` (the
-trace events a session writes), `pool` (`AgentPool`), `state` (export and resume), `common`
-(shared checks).
+Resuming: `state` is a pure codec of the state format (`encode_session` / `decode_session`, and the
+pool's); `Runtime.chat(state=...)` (and `AgentPool.add()` for a saved agent) resolves a decoded state
+against the runtime (provider, primitives, writer, budget totals), and the new `ChatSession` applies
+its history, pins and cursors. A pool's agent is told only that the pool closes the run
+(`owns_run=False`); it never holds the pool.
+
+Modules: `runtime` (`Runtime`, resolving a resumed session), `session` (`ChatSession`, its step loop,
+`Reply`), `events` (the trace events a session writes), `pool` (`AgentPool`), `state` (the state
+format: encode and decode), `common` (shared checks).
 """
 
 from .common import DEFAULT_SYSTEM_PROMPT

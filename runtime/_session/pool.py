@@ -10,7 +10,7 @@ from .._tools import build_tools
 from ..errors import ConfigError
 from .common import DEFAULT_SYSTEM_PROMPT, _check_run_id, _check_tool_names, _close_run
 from .session import ChatSession
-from .state import POOL_STATE_FORMAT, STATE_VERSION, _check_state
+from .state import PoolState, decode_pool, decode_session, encode_pool
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -33,23 +33,19 @@ class AgentPool:
         run_id: str | None = None,
     ) -> None:
         self.runtime = runtime
-        if cognitive_primitives is None and state is not None:
+        saved = decode_pool(state) if state is not None else None
+        if cognitive_primitives is None and saved is not None:
             # A resumed pool keeps the default it was created with unless told otherwise.
-            cognitive_primitives = state.get("default_primitives")
+            cognitive_primitives = saved.default_primitives
         self.default_primitives: tuple[str, ...] | None = (
             None if cognitive_primitives is None else normalize_primitives(cognitive_primitives)
         )
-        self._saved: dict[str, Any] = {}
-        if state is not None:
-            _check_state(state, POOL_STATE_FORMAT)
-            self._saved = dict(state.get("agents") or {})
-            run_id = state["run_id"]
-        else:
-            run_id = _check_run_id(run_id)
-        self.run_id: str = run_id
-        self.writer = runtime._writer(run_id)
-        if state is not None:
-            self.writer.budgets.restore(state.get("budgets") or {})
+        # Each saved agent's encoded state, decoded when `add()` resumes that agent.
+        self._saved: dict[str, Any] = saved.agents if saved is not None else {}
+        self.run_id: str = saved.run_id if saved is not None else _check_run_id(run_id)
+        self.writer = runtime._writer(self.run_id)
+        if saved is not None:
+            self.writer.budgets.restore(saved.budgets)
         self.agents: dict[str, ChatSession] = {}
 
     def add(
@@ -85,16 +81,14 @@ class AgentPool:
         _check_tool_names(tool_map, primitives, f"pool.add({name!r})")
         writer = self.writer.for_agent(name)
         if saved is not None:
-            agent = ChatSession._from_state(
-                self.runtime,
-                saved,
+            agent = self.runtime._resume(
+                decode_session(saved),
                 system=system,
                 provider=provider,
                 model=model,
                 cognitive_primitives=primitives,
                 tools=tool_map,
-                writer=writer,
-                pool=self,
+                pool_writer=writer,
                 agent=name,
             )
         else:
@@ -107,7 +101,7 @@ class AgentPool:
                 primitives=primitives,
                 writer=writer,
                 agent=name,
-                pool=self,
+                owns_run=False,
             )
         self.agents[name] = agent
         return agent
@@ -117,14 +111,14 @@ class AgentPool:
 
     def export_state(self, *, include_history: bool = True) -> dict[str, Any]:
         """Every agent's state plus the pool's run id and budget totals (JSON-safe)."""
-        return {
-            "format": POOL_STATE_FORMAT,
-            "version": STATE_VERSION,
-            "run_id": self.run_id,
-            "budgets": self.writer.budgets.to_dict(),
-            "default_primitives": None if self.default_primitives is None else list(self.default_primitives),
-            "agents": {n: a.export_state(include_history=include_history) for n, a in self.agents.items()},
-        }
+        return encode_pool(
+            PoolState(
+                run_id=self.run_id,
+                budgets=self.writer.budgets.to_dict(),
+                default_primitives=None if self.default_primitives is None else list(self.default_primitives),
+                agents={n: a.export_state(include_history=include_history) for n, a in self.agents.items()},
+            )
+        )
 
     async def aclose(self) -> None:
         for agent in self.agents.values():

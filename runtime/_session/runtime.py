@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from .common import DEFAULT_SYSTEM_PROMPT, _check_run_id, _check_tool_names, _flatten
 from .pool import AgentPool
 from .session import ChatSession
+from .state import SessionState, decode_session
 
 
 class Runtime:
@@ -82,15 +83,13 @@ class Runtime:
         session's run (default: a fresh uuid4), e.g. when a server recorded it before the run began."""
         tool_map = self.tools if tools is None else build_tools(tools)
         if state is not None:
-            return ChatSession._from_state(
-                self,
-                state,
+            return self._resume(
+                decode_session(state),
                 system=system,
                 provider=provider,
                 model=model,
                 cognitive_primitives=cognitive_primitives,
                 tools=tool_map,
-                writer=None,
             )
         primitives = (
             self.config.cognitive_primitives
@@ -121,6 +120,51 @@ class Runtime:
         agent, and the pool default is the one saved in the state unless given here. `run_id` names a
         new pool's run (default: a fresh uuid4)."""
         return AgentPool(self, cognitive_primitives=cognitive_primitives, state=state, run_id=run_id)
+
+    def _resume(
+        self,
+        saved: SessionState,
+        *,
+        system: str | None,
+        provider: str | None,
+        model: str | None,
+        cognitive_primitives: Sequence[str] | None,
+        tools: Mapping[str, Tool],
+        pool_writer: TraceWriter | None = None,
+        agent: str | None = None,
+    ) -> ChatSession:
+        """The session `saved` (a decoded `export_state()`) continues in, resolved against this
+        runtime: the saved provider if it is configured (else `provider`, else the default), the saved
+        model and primitives unless given, and a writer for the saved run with its budget totals. A
+        pool's agent (`pool_writer`, `agent`) writes through the pool's writer, whose totals the pool
+        restored, and leaves closing the run to the pool."""
+        if system is not None and system != saved.system:
+            raise ConfigError(
+                "state was exported with a different system prompt; pass system=None to resume it"
+            )
+        prov = provider if provider is not None else saved.provider
+        if prov not in self.providers:
+            prov = self._provider_name(provider)
+        primitives = normalize_primitives(
+            saved.cognitive_primitives if cognitive_primitives is None else cognitive_primitives
+        )
+        _check_tool_names(tools, primitives, "chat(state=...)")
+        writer = pool_writer
+        if writer is None:
+            writer = self._writer(saved.run_id)
+            writer.budgets.restore(saved.budgets)
+        return ChatSession(
+            self,
+            system=saved.system,
+            provider=prov,
+            model=model if model is not None else saved.model,
+            tools=tools,
+            primitives=primitives,
+            writer=writer,
+            agent=agent,
+            owns_run=pool_writer is None,
+            state=saved,
+        )
 
     # -- helpers -------------------------------------------------------------------------------
     def counter_for(self, provider: Provider, model: str | None) -> TokenCounter | CalibratedCounter:

@@ -22,10 +22,9 @@ from .._working_set import SUMMARY_MAX_TOKENS, WorkingSet, WorkingSetBuilder
 from ..errors import ConfigError, ContextOverflowError, ProviderError
 from .common import _close_run
 from .events import _loads_or_raw, _SessionEvents
-from .state import restore_session, session_state
+from .state import SessionState, encode_session
 
 if TYPE_CHECKING:
-    from .pool import AgentPool
     from .runtime import Runtime
 
 
@@ -72,7 +71,10 @@ def _add_usage(a: Usage, b: Usage | None) -> Usage:
 
 class ChatSession(_SessionEvents):
     """One conversation: its history, turn counter, pins and recall log. Made by `Runtime.chat()` or
-    `AgentPool.add()`; use `send()`. Not safe to `send()` twice at once (calls are serialized)."""
+    `AgentPool.add()`; use `send()`. Not safe to `send()` twice at once (calls are serialized).
+
+    `owns_run` is False for a pool's agent: the pool, not the agent, closes the run's trace. `state`
+    (a decoded `export_state()`, resolved by the runtime) is where a resumed session continues from."""
 
     def __init__(
         self,
@@ -85,7 +87,8 @@ class ChatSession(_SessionEvents):
         primitives: Sequence[str],
         writer: TraceWriter,
         agent: str | None = None,
-        pool: AgentPool | None = None,
+        owns_run: bool = True,
+        state: SessionState | None = None,
     ) -> None:
         if not isinstance(system, str):
             raise ConfigError(f"system must be a string, got {type(system).__name__}")
@@ -98,7 +101,7 @@ class ChatSession(_SessionEvents):
         self.writer = writer
         self.run_id = writer.run_id
         self.agent = agent
-        self._pool = pool
+        self._owns_run = owns_run
         self.history: list[dict[str, Any]] = [{"role": "system", "content": system}]
         # The 1-based turn of each history message (0 for the system prompt), for recall.
         self._message_turns: list[int] = [0]
@@ -131,6 +134,8 @@ class ChatSession(_SessionEvents):
         #: how a server cancels a conversation "after the current step" or enforces a token limit.
         #: Called from the event loop: it must be fast and must not block (read a flag).
         self.stop_check: Callable[[], tuple[str, str] | None] | None = None
+        if state is not None:
+            self._restore(state)
 
     # -- public --------------------------------------------------------------------------------
     @property
@@ -174,12 +179,41 @@ class ChatSession(_SessionEvents):
 
         With `include_history=False` only the system prompt is kept: the model then starts from a
         fresh context, and `recall` reads earlier turns from the session's trace."""
-        return session_state(self, include_history=include_history)
+        if self._in_turn:
+            raise ConfigError("export_state() cannot run while a turn is in progress")
+        export = getattr(self.provider, "export_state", None)
+        cursor = export() if callable(export) else None
+        if include_history:
+            history, turns, first = self.history, self._message_turns, self._first_turn_in_memory
+        else:
+            history, turns, first = self.history[:1], [0], self.turn + 1
+        calibration = self.counter.to_dict() if isinstance(self.counter, CalibratedCounter) else None
+        return encode_session(
+            SessionState(
+                run_id=self.run_id,
+                system=self.system,
+                history=history,
+                message_turns=turns,
+                agent=self.agent,
+                provider=self.provider_name,
+                model=self.model,
+                cognitive_primitives=list(self.cognitive.enabled),
+                turn=self.turn,
+                spine=self._spine,
+                include_history=include_history,
+                first_turn_in_memory=first,
+                pins=self.cognitive.pins.to_list(),
+                recall_log=[r.to_dict() for r in self.cognitive.recall_log],
+                budgets=self.writer.budgets.to_dict(),
+                provider_cursor=cursor,
+                token_calibration=calibration,
+            )
+        )
 
     async def aclose(self) -> None:
         """Flush the trace; a plain chat also closes its trace file (a pool closes it on exit)."""
         self._closed = True
-        if self._pool is None:
+        if self._owns_run:
             _close_run(self.runtime.sink, self.run_id)
 
     async def __aenter__(self) -> ChatSession:
@@ -443,8 +477,18 @@ class ChatSession(_SessionEvents):
         # every time: the file grows during the session.
         return TraceReader(path).messages_for_turn(self.run_id, turn, agent=self.agent)
 
-    # -- state ---------------------------------------------------------------------------------
-    #: `ChatSession._from_state(runtime, state, *, system, provider, model, cognitive_primitives, tools,
-    #: writer, pool=None, agent=None)`: the session `state` (from `export_state()`) was exported from,
-    #: resumed (`state.restore_session`).
-    _from_state = classmethod(restore_session)
+    # -- state ----------------------------------------------------------------------------------
+    def _restore(self, state: SessionState) -> None:
+        """Continue from a decoded `state`: its history, turn counter, pins, recall log, token
+        calibration and provider cursor (the runtime chose the provider, primitives and writer)."""
+        self.history = state.history
+        self._message_turns = list(state.message_turns)
+        self._first_turn_in_memory = state.first_turn_in_memory
+        self.turn = state.turn
+        self._spine = state.spine
+        self.cognitive.restore_state({"pins": state.pins, "recall_log": state.recall_log})
+        if state.token_calibration and isinstance(self.counter, CalibratedCounter):
+            self.counter.restore(state.token_calibration)
+        restore = getattr(self.provider, "restore_state", None)
+        if state.provider_cursor is not None and callable(restore):
+            restore(state.provider_cursor)

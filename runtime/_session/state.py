@@ -1,28 +1,61 @@
-"""Exporting and resuming sessions and pools: the JSON-safe state format and its checks."""
+"""The session and pool state formats: a pure codec.
+
+`encode_session` turns a `SessionState` into the JSON-safe dict `ChatSession.export_state()` returns;
+`decode_session` checks such a dict and gives the `SessionState` back (`encode_pool` / `decode_pool`
+do the same for `AgentPool.export_state()`). This module knows the format only: it imports no
+session, pool or runtime. Resolving a decoded state into a live session (its provider, primitives,
+trace writer and budgets) is `Runtime.chat(state=...)`'s work (and `AgentPool.add()`'s for a resumed
+agent); the session applies the decoded history, pins and cursors to itself.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from .._config import normalize_primitives
-from .._tokens import CalibratedCounter
-from .._tools import Tool
-from .._trace_writer import TraceWriter
 from ..errors import ConfigError
-from .common import _check_tool_names
-
-if TYPE_CHECKING:
-    from .pool import AgentPool
-    from .runtime import Runtime
-    from .session import ChatSession
-
 
 STATE_FORMAT = "arcana-console/session-state"
 POOL_STATE_FORMAT = "arcana-console/pool-state"
 STATE_VERSION = 1
+
+
+@dataclass
+class SessionState:
+    """One session's exported state, as the format holds it (the saved choices are not resolved:
+    `provider` may name a provider this runtime does not have, `cognitive_primitives` is unchecked)."""
+
+    run_id: str
+    system: str
+    history: list[dict[str, Any]]
+    message_turns: list[int]
+    agent: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    cognitive_primitives: list[str] | None = None
+    turn: int = 0
+    spine: str | None = None
+    include_history: bool = True
+    first_turn_in_memory: int = 1
+    pins: list[dict[str, Any]] | None = None
+    recall_log: list[dict[str, Any]] | None = None
+    budgets: dict[str, Any] = field(default_factory=dict)
+    provider_cursor: Any = None
+    token_calibration: dict[str, Any] | None = None
+
+
+@dataclass
+class PoolState:
+    """A pool's exported state: its run, budget totals, default primitives, and each agent's encoded
+    session state (decoded when that agent is added back)."""
+
+    run_id: str
+    budgets: dict[str, Any] = field(default_factory=dict)
+    default_primitives: list[str] | None = None
+    agents: dict[str, Any] = field(default_factory=dict)
 
 
 def _check_state(state: Any, fmt: str) -> None:
@@ -40,103 +73,86 @@ def _check_state(state: Any, fmt: str) -> None:
         raise ConfigError("state has no system prompt")
 
 
-def session_state(session: ChatSession, *, include_history: bool = True) -> dict[str, Any]:
-    """`ChatSession.export_state()`: everything needed to continue the conversation elsewhere."""
-
-    if session._in_turn:
-        raise ConfigError("export_state() cannot run while a turn is in progress")
-    cursor = None
-    export = getattr(session.provider, "export_state", None)
-    if callable(export):
-        cursor = export()
-    if include_history:
-        history, turns, first = session.history, session._message_turns, session._first_turn_in_memory
-    else:
-        history, turns, first = session.history[:1], [0], session.turn + 1
-    state = {
-        "format": STATE_FORMAT,
-        "version": STATE_VERSION,
-        "run_id": session.run_id,
-        "agent": session.agent,
-        "system": session.system,
-        "provider": session.provider_name,
-        "model": session.model,
-        "cognitive_primitives": list(session.cognitive.enabled),
-        "turn": session.turn,
-        "spine": session._spine,
-        "include_history": include_history,
-        "history": copy.deepcopy(history),
-        "message_turns": list(turns),
-        "first_turn_in_memory": first,
-        "pins": session.cognitive.pins.to_list(),
-        "recall_log": [r.to_dict() for r in session.cognitive.recall_log],
-        "budgets": session.writer.budgets.to_dict(),
-        "provider_cursor": cursor,
-        "token_calibration": session.counter.to_dict()
-        if isinstance(session.counter, CalibratedCounter)
-        else None,
-    }
-    # Guarantee JSON-safety now, not when the caller serializes it.
+def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
+    # Guarantee JSON-safety now, not when the caller serializes it (and copy every value).
     safe: dict[str, Any] = json.loads(json.dumps(state, ensure_ascii=False))
     return safe
 
 
-def restore_session(
-    session_class: type[ChatSession],
-    runtime: Runtime,
-    state: Mapping[str, Any],
-    *,
-    system: str | None,
-    provider: str | None,
-    model: str | None,
-    cognitive_primitives: Sequence[str] | None,
-    tools: Mapping[str, Tool],
-    writer: TraceWriter | None,
-    pool: AgentPool | None = None,
-    agent: str | None = None,
-) -> ChatSession:
-    """`ChatSession._from_state()`: a session of `session_class` continuing the exported `state`."""
+def encode_session(state: SessionState) -> dict[str, Any]:
+    """The JSON-safe dict of `state` (a fresh copy: nothing in it is shared with the session)."""
+    return _json_safe(
+        {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "run_id": state.run_id,
+            "agent": state.agent,
+            "system": state.system,
+            "provider": state.provider,
+            "model": state.model,
+            "cognitive_primitives": state.cognitive_primitives,
+            "turn": state.turn,
+            "spine": state.spine,
+            "include_history": state.include_history,
+            "history": state.history,
+            "message_turns": state.message_turns,
+            "first_turn_in_memory": state.first_turn_in_memory,
+            "pins": state.pins,
+            "recall_log": state.recall_log,
+            "budgets": state.budgets,
+            "provider_cursor": state.provider_cursor,
+            "token_calibration": state.token_calibration,
+        }
+    )
+
+
+def decode_session(state: Any) -> SessionState:
+    """The `SessionState` of a dict from `export_state()`; `ConfigError` for anything else (another
+    format or version, no run id or system prompt, a history its turn numbers do not match)."""
     _check_state(state, STATE_FORMAT)
-    saved_system = state["system"]
-    if system is not None and system != saved_system:
-        raise ConfigError("state was exported with a different system prompt; pass system=None to resume it")
-    prov = provider if provider is not None else state.get("provider")
-    if prov not in runtime.providers:
-        prov = runtime._provider_name(provider)
-    primitives = normalize_primitives(
-        state.get("cognitive_primitives") if cognitive_primitives is None else cognitive_primitives
-    )
-    _check_tool_names(tools, primitives, "chat(state=...)")
-    if writer is None:
-        writer = runtime._writer(str(state["run_id"]))
-    session = session_class(
-        runtime,
-        system=saved_system,
-        provider=prov,
-        model=model if model is not None else state.get("model"),
-        tools=tools,
-        primitives=primitives,
-        writer=writer,
-        agent=agent,
-        pool=pool,
-    )
     history = state.get("history") or []
     turns = state.get("message_turns") or []
     if len(history) != len(turns) or not history or history[0].get("role") != "system":
         raise ConfigError("state is damaged: history and message_turns do not match")
-    session.history = copy.deepcopy(list(history))
-    session._message_turns = [int(t) for t in turns]
-    session._first_turn_in_memory = int(state.get("first_turn_in_memory", 1))
-    session.turn = int(state.get("turn", 0))
-    session._spine = state.get("spine")
-    session.cognitive.restore_state({"pins": state.get("pins"), "recall_log": state.get("recall_log")})
-    if pool is None:
-        writer.budgets.restore(state.get("budgets") or {})
-    calibration = state.get("token_calibration")
-    if calibration and isinstance(session.counter, CalibratedCounter):
-        session.counter.restore(calibration)
-    cursor = state.get("provider_cursor")
-    restore = getattr(session.provider, "restore_state", None)
-    if cursor is not None and callable(restore):
-        restore(cursor)
-    return session
+    return SessionState(
+        run_id=state["run_id"],
+        system=state["system"],
+        history=copy.deepcopy(list(history)),
+        message_turns=[int(t) for t in turns],
+        agent=state.get("agent"),
+        provider=state.get("provider"),
+        model=state.get("model"),
+        cognitive_primitives=state.get("cognitive_primitives"),
+        turn=int(state.get("turn", 0)),
+        spine=state.get("spine"),
+        include_history=bool(state.get("include_history", True)),
+        first_turn_in_memory=int(state.get("first_turn_in_memory", 1)),
+        pins=state.get("pins"),
+        recall_log=state.get("recall_log"),
+        budgets=state.get("budgets") or {},
+        provider_cursor=state.get("provider_cursor"),
+        token_calibration=state.get("token_calibration"),
+    )
+
+
+def encode_pool(state: PoolState) -> dict[str, Any]:
+    """The dict `AgentPool.export_state()` returns (each agent's entry already encoded)."""
+    return {
+        "format": POOL_STATE_FORMAT,
+        "version": STATE_VERSION,
+        "run_id": state.run_id,
+        "budgets": state.budgets,
+        "default_primitives": state.default_primitives,
+        "agents": state.agents,
+    }
+
+
+def decode_pool(state: Any) -> PoolState:
+    """The `PoolState` of a dict from `AgentPool.export_state()`; `ConfigError` for anything else."""
+    _check_state(state, POOL_STATE_FORMAT)
+    return PoolState(
+        run_id=state["run_id"],
+        budgets=state.get("budgets") or {},
+        default_primitives=state.get("default_primitives"),
+        agents=dict(state.get("agents") or {}),
+    )

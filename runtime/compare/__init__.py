@@ -33,11 +33,13 @@ Rules (each stated once, here):
   calls, rejected ones failed `pin` calls; recalls are found or not found.
 
 Modules: `data` (the plain data a comparison reads, levels, pin keys), `diff` (alignment, divergence,
-working-set diff, summary: `compare`), `events` (`run_data_from_events`, from trace files).
+working-set diff, summary: `compare`), `events` (`run_data_from_events`, from trace files). Import the
+names from `runtime.compare` (not from `runtime` or these modules): they carry it as their module.
 """
 
 from __future__ import annotations
 
+from .._public import publish as _publish
 from .data import ABSENT, LEVELS, MAX_INDEX, PinData, RunData, StepData, TurnData, level_of, pin_key
 from .diff import Comparison, Divergence, MessageDiff, StepDiff, TurnPair, WorkingSetDiff, compare
 from .events import run_data_from_events
@@ -61,3 +63,6 @@ __all__ = [
     "pin_key",
     "run_data_from_events",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

@@ -2,7 +2,8 @@
 
 The CLI (`arcana trace …`), the server's ingestion (and so the read API and the pages) all take their
 reading of a trace from here, for files of our runtime and of arcana-agent 1.2 alike
-(`docs/trace-format.md` is the contract). Everything is pure: events in, facts out.
+(`docs/trace-format.md` is the contract). Everything is pure: events in, facts out. These names are
+imported from `runtime.facts` only (not from `runtime`), and carry it as their module.
 
     >>> from runtime.facts import normalize_events, build_steps, turn_outcome, pin_lifetimes
     >>> turns = build_steps(normalize_events(events))      # turns → steps, 1-based, per agent
@@ -27,6 +28,7 @@ Where each fact lives:
 
 from __future__ import annotations
 
+from .._public import publish as _publish
 from ._events import (
     ARCANA_PRODUCER,
     NormalizedEvent,
@@ -130,3 +132,6 @@ __all__ = [
     "turn_outcome",
     "unrecorded_calls",
 ]
+
+# Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).
+_publish(globals())

@@ -105,6 +105,48 @@ def test_duplicate_and_empty_names_are_refused(tmp_path: Path) -> None:
         pool.add("b", cognitive_primitives=["memo"])
 
 
+class ClosingSink:
+    """Records the runs closed on it."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+
+    def write(self, event: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def close_run(self, run_id: str) -> None:
+        self.closed.append(run_id)
+
+
+def test_an_agent_does_not_hold_its_pool_and_leaves_closing_the_run_to_it() -> None:
+    """An agent gets what it uses (its writer, its name, that the pool closes the run), not the pool."""
+    sink = ClosingSink()
+    rt = Runtime({"planner": ScriptedProvider(["Plan."], name="planner")}, trace_sinks=[sink])
+
+    async def go() -> Any:
+        async with rt.collaborate() as pool:
+            agent = pool.add("planner", provider="planner")
+            await agent.send("plan")
+            await agent.aclose()
+            assert sink.closed == []  # an agent's close leaves the pool's run open
+            return pool, agent
+
+    pool, agent = run(go())
+    assert sink.closed == [pool.run_id]
+    assert all(value is not pool for value in vars(agent).values())
+    assert (agent.writer.run_id, agent.agent) == (pool.run_id, "planner")
+
+    async def chat() -> str:
+        async with rt.chat() as session:
+            return session.run_id
+
+    chat_run = run(chat())
+    assert sink.closed == [pool.run_id, chat_run]  # a plain chat closes its own run
+
+
 def test_pool_state_round_trip(tmp_path: Path) -> None:
     rt, providers = make_pool_runtime(tmp_path)
 

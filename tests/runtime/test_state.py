@@ -3,6 +3,7 @@ another one."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -243,3 +244,19 @@ def test_a_cursor_from_another_script_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="different script"):
         rt.chat(state=state)
+
+
+def test_the_state_module_is_a_pure_codec(tmp_path: Path) -> None:
+    """`_session/state.py` knows the format only: it imports no session, pool or runtime module, and
+    a decoded state encodes back to the dict it came from; `Runtime.chat(state=...)` resolves it."""
+    tree = ast.parse((ROOT / "runtime" / "_session" / "state.py").read_text(encoding="utf-8"))
+    relative = {
+        "." * n.level + (n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
+    }
+    assert relative == {"..errors"}
+    from runtime._session.state import decode_session, encode_session
+
+    state = first_two_turns(tmp_path)
+    assert encode_session(decode_session(state)) == state
+    with pytest.raises(ConfigError, match="must be a dict"):
+        decode_session([state])
