@@ -27,6 +27,7 @@ docs/guide/otlp-mapping.md for which attribute becomes what.
 from __future__ import annotations
 
 from ..errors import OtlpBodyTooLargeError, OtlpContentTypeError, OtlpDecodeError, OtlpDependencyError
+from ._conventions import normalize_span
 from ._decode import decode_request, encode_response
 from ._types import (
     DecodedRequest,
@@ -66,4 +67,5 @@ __all__ = [
     "Usage",
     "decode_request",
     "encode_response",
+    "normalize_span",
 ]
