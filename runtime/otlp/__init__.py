@@ -29,6 +29,7 @@ from __future__ import annotations
 from ..errors import OtlpBodyTooLargeError, OtlpContentTypeError, OtlpDecodeError, OtlpDependencyError
 from ._conventions import normalize_span
 from ._decode import decode_request, encode_response
+from ._run import assemble_run, group_runs
 from ._types import (
     DecodedRequest,
     DecodeLimits,
@@ -37,6 +38,13 @@ from ._types import (
     Link,
     Message,
     NormalizedSpan,
+    OtlpAgent,
+    OtlpHandoff,
+    OtlpRun,
+    OtlpSpanError,
+    OtlpStep,
+    OtlpToolCall,
+    OtlpTurn,
     Part,
     Scope,
     Span,
@@ -54,10 +62,17 @@ __all__ = [
     "Link",
     "Message",
     "NormalizedSpan",
+    "OtlpAgent",
     "OtlpBodyTooLargeError",
     "OtlpContentTypeError",
     "OtlpDecodeError",
     "OtlpDependencyError",
+    "OtlpHandoff",
+    "OtlpRun",
+    "OtlpSpanError",
+    "OtlpStep",
+    "OtlpToolCall",
+    "OtlpTurn",
     "Part",
     "Scope",
     "Span",
@@ -65,7 +80,9 @@ __all__ = [
     "Status",
     "ToolInfo",
     "Usage",
+    "assemble_run",
     "decode_request",
     "encode_response",
+    "group_runs",
     "normalize_span",
 ]

@@ -244,3 +244,105 @@ class NormalizedSpan(TypedDict):
     other_events: list[Event]
     resource: dict[str, Any]
     scope: Scope
+
+
+# --------------------------------------------------------------------------------------------------
+# Assembling a run
+
+
+class OtlpToolCall(TypedDict):
+    """One tool call of a step: asked for in the step's output (`tool_call` part) and / or run as a
+    tool span. `result` comes from the tool span, else from a later call's input
+    (`tool_call_response` part with the same id)."""
+
+    call_id: str | None
+    name: str | None
+    arguments: Any
+    result: Any
+    span_id: str | None  # the tool span, when one was seen
+    error: ErrorInfo | None
+    start_time: int | None  # of the tool span
+    end_time: int | None
+
+
+class OtlpStep(TypedDict):
+    """One model call. `index` counts the run's model calls in the order they ended (0-based);
+    `nested_in` is the index of the step whose span encloses this one (a summarizer called from a
+    history processor inside a chat span), else None."""
+
+    index: int
+    turn: int
+    trace_id: str
+    span_id: str
+    agent: str | None
+    model: str | None
+    start_time: int
+    end_time: int
+    system_instructions: list[Part] | None
+    input_messages: list[Message] | None
+    output_messages: list[Message] | None
+    usage: Usage | None
+    finish_reasons: list[str] | None
+    error: ErrorInfo | None
+    tool_calls: list[OtlpToolCall]
+    nested_in: int | None
+
+
+class OtlpTurn(TypedDict):
+    """One agent invocation (a top-level agent span, with the agents it handed off to) or, for
+    model calls under no agent span, one new user message. `user_message` is the last user message
+    with text in the turn's first model call's input."""
+
+    index: int
+    trace_id: str
+    span_id: str | None  # the agent span, None for a turn started by a user message
+    agent: str | None
+    start_time: int
+    end_time: int
+    user_message: Message | None
+    steps: list[int]
+    error: ErrorInfo | None
+
+
+class OtlpAgent(TypedDict):
+    """One agent by name. `via` says how it came in: `root` (invoked by no other agent), `subagent`
+    (its span is inside another agent's) or `handoff`; `parent` names that other agent."""
+
+    name: str
+    span_ids: list[str]
+    parent: str | None
+    via: Literal["root", "subagent", "handoff"]
+
+
+class OtlpHandoff(TypedDict):
+    source: str | None
+    target: str
+    span_id: str | None  # the hand-off span, None when read from graph.node.parent_id
+    time: int
+
+
+class OtlpSpanError(TypedDict):
+    span_id: str
+    name: str
+    kind: SpanKind
+    error: ErrorInfo
+
+
+class OtlpRun(TypedDict):
+    """The structure of one run, as far as its spans tell it. `missing_parents` lists parent span
+    ids no span of the run has (a run still arriving, or a parent exported elsewhere)."""
+
+    run_key: str
+    run_key_source: RunKeySource
+    trace_ids: list[str]
+    span_count: int
+    start_time: int
+    end_time: int
+    turns: list[OtlpTurn]
+    steps: list[OtlpStep]
+    agents: list[OtlpAgent]
+    handoffs: list[OtlpHandoff]
+    unattached_tool_calls: list[OtlpToolCall]
+    usage: Usage
+    errors: list[OtlpSpanError]
+    missing_parents: list[str]
