@@ -9,7 +9,14 @@ ArcanaRuntimeError                 base class: catch this to catch anything the 
 │   └── ProviderResponseError      the endpoint answered 2xx with a body we cannot read
 ├── ContextOverflowError           a message cannot fit the context window even on its own
 ├── ToolDefinitionError            a tool function cannot be described to the model
-└── TraceFormatError               a trace line or event is not a valid TraceEvent
+├── TraceFormatError               a trace line or event is not a valid TraceEvent
+├── OtlpDecodeError                an OTLP/HTTP request body cannot be read at all (HTTP 400)
+│   ├── OtlpContentTypeError       its content type is neither protobuf nor JSON (HTTP 415)
+│   └── OtlpBodyTooLargeError      it is (or inflates to) more than the size limit (HTTP 413)
+└── OtlpDependencyError            reading OTLP protobuf needs the `otlp` extra, not installed
+
+(An OTLP span that is wrong on its own is not an exception: `runtime.otlp.decode_request` keeps the
+valid spans and lists the refused ones in `DecodedRequest.rejections`.)
 
 And the one shape of an error answer, shared by the server's API, its uploads and the CLI (a runtime
 module because the CLI cannot import the server): `error_body(error, [error_detail(...), ...])` gives
@@ -81,6 +88,32 @@ class TraceFormatError(ArcanaRuntimeError, ValueError):
         self.line = line
         self.reason = message
         self.field = field
+
+
+class OtlpDecodeError(ArcanaRuntimeError, ValueError):
+    """Raised by `runtime.otlp.decode_request` when a request body cannot be read as a whole: not
+    protobuf / not JSON, or an envelope (`resourceSpans`, `scopeSpans`) of the wrong shape. `status`
+    is the HTTP status the OTLP specification names for it (400 here, 413 / 415 in the subclasses)."""
+
+    status = 400
+
+
+class OtlpContentTypeError(OtlpDecodeError):
+    """Raised when the content type is neither `application/x-protobuf` nor `application/json`, or
+    the content encoding is neither gzip nor identity."""
+
+    status = 415
+
+
+class OtlpBodyTooLargeError(OtlpDecodeError):
+    """Raised when the body, once gunzipped, is longer than `DecodeLimits.max_body_bytes`."""
+
+    status = 413
+
+
+class OtlpDependencyError(ArcanaRuntimeError, ImportError):
+    """Raised when an OTLP protobuf body is read without the `protobuf` and `opentelemetry-proto`
+    packages (`pip install "arcana-console[otlp]"`). OTLP/JSON needs neither."""
 
 
 # --------------------------------------------------------------------------------------------------
