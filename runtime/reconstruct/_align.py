@@ -11,14 +11,16 @@ Numbered steps (`_Reconstructor.step`), for one call of an agent whose previous 
    sits in a *slot*: between the previous-call places of the anchors around it. The previous call's
    unmatched messages in the same slot are its candidates (all unmatched ones when anchors cross).
 3. **Cut.** An unmatched message whose text, with truncation markers removed, is found inside a
-   longer candidate of the same role class → shortened (prefix, suffix, middle, or head + tail).
+   longer candidate of the same role class → shortened (prefix, suffix, middle, or head + tail);
+   inside a longer message absent from the previous call → restored, shortened.
 4. **Summary.** An unmatched message that holds the answer of a summarizer side call, or whose
    significant words come at least half from the candidates of its slot (two or more of them, or
    a summary word in it) → summary; the candidates of its slot are summarized into it. The last user
    message and tool results at the end of the input are the turn's new input and never a summary
    by overlap alone.
 5. **System prompt.** An unmatched system message in the slot of an unmatched system message → the
-   system prompt changed (the old one dropped, the new one new).
+   system prompt changed (the old one dropped, the new one new), even when the new one is a cut of
+   the old (a removed sentence is a change of the prompt, not a compression of the history).
 6. **Stub.** An unmatched message in a slot with an unmatched candidate of its role class that is
    bigger → shortened to a stub (L3): matched by place alone.
 7. What is left of the input is new; what is left of the previous call is dropped. Messages absent
@@ -300,6 +302,9 @@ class _Reconstructor:
             for i in left:
                 x = ctx[i]
                 cands = slot(i)
+                if x.role == "system" and any(e.form.role == "system" for e in cands):
+                    pending.append(i)  # a system prompt in place of another: step 5 before a cut
+                    continue
                 # 3. Cut.
                 hit = _find_cut(x, cands) or _find_cut(
                     x, [e for e in missing if e in free and e not in cands]
@@ -308,6 +313,13 @@ class _Reconstructor:
                     found[i] = _Present(hit, "shortened", "cut")
                     free.discard(hit)
                     continue
+                if i not in tail_new:
+                    # A cut of a message absent from the previous call: restored, shortened.
+                    hit = _find_cut(x, [e for e in st.entries if e not in visible and e not in used])
+                    if hit is not None:
+                        found[i] = _Present(hit, "restored", "cut")
+                        used.add(hit)
+                        continue
                 # 4. Summary, from a summarizer side call.
                 if x.role != "tool":
                     by = next(

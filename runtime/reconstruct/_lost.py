@@ -31,16 +31,18 @@ _CONSTRAINT = re.compile(
     re.IGNORECASE,
 )
 _IMPERATIVES = frozenset(
-    """add answer apply ask avoid be call check cite confirm continue convert create delete describe
-    double-check email ensure explain fetch find fix follow format give include keep leave limit list
-    look mention note prefer print put read recall refuse remember remove reply report respond return
-    run save say send set show sign skip sort speak start stay stop summarize tell treat try update use
-    verify wait write""".split()
+    """add answer apply ask avoid be build call change check cite close commit confirm continue convert
+    create delete deploy describe document do double-check email ensure explain fetch find fix follow
+    format give implement include install keep leave limit list look make mention merge migrate move
+    note open prefer print put read recall refactor refuse remember remove rename reply report respond
+    return review run save say send set show sign skip sort speak start stay stop summarize tell test
+    treat try update use verify wait write""".split()
 )
 _NUMBER = re.compile(r"\d")
 _NAME = re.compile(r"(?<![.!?]\s)\b[A-Z][a-zA-Z0-9]+")
-#: A close match holds this share of the sentence's significant words (and all of its numbers).
-CLOSE_SHARE = 0.8
+#: A close match holds this share of the sentence's significant words (and all of its numbers):
+#: 4 in 5, as integers so that 4 of 5 words is exactly enough.
+CLOSE_SHARE = (4, 5)
 
 
 def sentences(text: str) -> list[str]:
@@ -144,9 +146,9 @@ def _last_held(
     if not sig:
         return None
     # A close match misses at most 20% of the words: it holds one of the rarest `allowed + 1`.
-    allowed = int(len(sig) * (1 - CLOSE_SHARE))
-    rare = sorted(sig, key=lambda w: len(index.get(w, ())))[: allowed + 1]
-    need = CLOSE_SHARE * len(sig)
+    part, whole = CLOSE_SHARE
+    allowed = len(sig) * (whole - part) // whole
+    rare = sorted(sig, key=lambda w: (len(index.get(w, ())), w))[: allowed + 1]
     best: int | None = None
     seen: set[int] = set()
     for w in rare:
@@ -157,6 +159,6 @@ def _last_held(
             last = form_last[f]
             if best is not None and last <= best:
                 continue
-            if skel in f.skel or (len(sig & f.wordset) >= need and numbers <= f.wordset):
+            if skel in f.skel or (len(sig & f.wordset) * whole >= len(sig) * part and numbers <= f.wordset):
                 best = last
     return best
