@@ -41,7 +41,6 @@ from ._model import Message, ModelCall
 from ._records import (
     CallReconstruction,
     Compaction,
-    MessageClass,
     MessageInfo,
     MessageState,
     level_for_ratio,
@@ -86,6 +85,8 @@ class _Entry:
         "summarizes",
         "summarizer",
         "dropped_at",
+        "last",
+        "last_key",
     )
 
     def __init__(self, id: str, n: int, form: Form, origin: str, first_call: int) -> None:
@@ -98,6 +99,8 @@ class _Entry:
         self.summarizes: tuple[_Entry, ...] = ()  # a summary: what it stands for
         self.summarizer: int | None = None  # a summary: the call whose answer it is
         self.dropped_at: int | None = None
+        self.last: MessageState | None = None  # its state at the last call, and what it was made of
+        self.last_key: tuple[object, ...] | None = None
 
 
 @dataclass
@@ -110,6 +113,7 @@ class _Stream:
     alias: dict[Form, tuple[_Entry, bool]]  # a shortened form → its original, and whether a stub
     prev_call: int | None = None
     prev_ctx: list[_Entry] | None = None
+    prev_list: list[Form] | None = None  # the previous call's input forms, in order
     prev_forms: dict[_Entry, Form] | None = None  # the form each present entry had then
     prev_out: list[_Entry] | None = None
     calls: list[int] | None = None
@@ -117,7 +121,7 @@ class _Stream:
     form_first: dict[Form, tuple[int, _Entry | None]] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Present:
     """What step 1–6 found for one input message."""
 
@@ -231,13 +235,28 @@ class _Reconstructor:
 
         # 1. Exact: a form seen once here and at most once in the previous call first (anchors),
         # then repeated forms, each kept in order between the anchors around it, latest first.
+        # The previous call's input, unchanged at the start of this one, is matched in one pass
+        # (when only a part of it is, up to a form the history holds twice, whose order the anchors
+        # must settle). Forms have no __eq__: list equality is identity, in C.
+        prev_list = st.prev_list or []
+        by_form = st.by_form
+        whole = len(prev_list) <= len(ctx) and ctx[: len(prev_list)] == prev_list
+        k, m = 0, min(len(ctx), len(prev_list))
+        while k < m and ctx[k] is prev_list[k] and (whole or len(by_form.get(ctx[k], ())) <= 1):
+            e = prev_ctx[k]
+            if ctx[k] is e.form:
+                found[k] = _Present(e, "kept", "verbatim")
+            else:
+                found[k] = _Present(e, "shortened", "same_cut", st.alias[ctx[k]][1])
+            used.add(e)
+            k += 1
         groups: dict[Form, list[int]] = {}
-        for i, f in enumerate(ctx):
-            groups.setdefault(f, []).append(i)
+        for i in range(k, len(ctx)):
+            groups.setdefault(ctx[i], []).append(i)
         repeated: list[tuple[Form, list[int], list[_Entry]]] = []
         for f, positions in groups.items():
-            cands = st.by_form.get(f, ())
-            seen = [e for e in cands if e in visible]
+            cands = by_form.get(f, ())
+            seen = [e for e in cands if e in visible and e not in used]
             if len(positions) == 1 and len(seen) <= 1:
                 if seen:
                     found[positions[0]] = _Present(seen[0], "kept", "verbatim")
@@ -246,7 +265,7 @@ class _Reconstructor:
                 seen.sort(key=visible.__getitem__)
                 repeated.append((f, positions, seen))
         if repeated:
-            lo_of, hi_of = _bounds(found, prev_pos)
+            lo_of, hi_of = _bounds(found, prev_pos, k)
             for _f, positions, seen in repeated:
                 bound = len(prev_pos) + 1
                 for i in reversed(positions):
@@ -283,7 +302,7 @@ class _Reconstructor:
         new_summaries: list[tuple[int, list[_Entry], int | None]] = []
         if left:
             n = len(ctx)
-            lo_of, hi_of = _bounds(found, prev_pos)
+            lo_of, hi_of = _bounds(found, prev_pos, k)
             last_anchor = max((i for i in range(n) if found[i].entry is not None), default=-1)
             tail_new = _tail_new_input(ctx, last_anchor)
             side = [
@@ -395,6 +414,9 @@ class _Reconstructor:
         states: list[MessageState] = []
         shortened_now: list[str] = []
         system_changed = bool(dropped_reason)
+        # A state equal to the entry's state at its previous call is that same object: most of a
+        # long history (kept in place, or long gone) does not change from one call to the next.
+        make = MessageState._make
         for e in st.entries:
             where = at.get(e)
             if where is not None:
@@ -403,63 +425,73 @@ class _Reconstructor:
                 status, reason = p.status, p.reason
                 if status == "restored" and f is not e.form:
                     reason = "restored_shortened"
+                elif status == "kept" and e.origin == "output" and e not in prev_forms:
+                    reason = "previous_answer"
+                e.dropped_at = None
+                if f is not e.form and status == "shortened" and prev_forms.get(e) is not f:
+                    shortened_now.append(e.id)
+                key: tuple[object, ...] = (where, status, reason, f)
+                if e.last_key == key and e.last is not None:
+                    states.append(e.last)
+                    continue
                 level: str | None = "L0"
                 ratio: float | None = None
                 if f is not e.form and status in ("shortened", "restored"):
                     ratio = round(f.tokens / e.form.tokens, 4) if e.form.tokens else 1.0
                     level = level_for_ratio(ratio, stub=p.stub)
-                    if status == "shortened" and prev_forms.get(e) is not f:
-                        shortened_now.append(e.id)
-                if status == "kept" and e not in prev_forms and e.origin == "output":
-                    reason = "previous_answer"
-                e.dropped_at = None
-                states.append(
-                    MessageState(
-                        message_id=e.id,
-                        history_index=e.n,
-                        position=where,
-                        role=e.form.role,
-                        status=status,  # type: ignore[arg-type]
-                        level=level,
-                        tokens_before=e.form.tokens,
-                        tokens_after=f.tokens,
-                        reason=reason,
-                        ratio=ratio,
-                        digest=f.digest,
-                        summarizes=tuple(r.id for r in e.summarizes) if status == "summary" else (),
-                        summarizer_call_id=(
-                            self.calls[e.summarizer].id
-                            if status == "summary" and e.summarizer is not None
-                            else None
-                        ),
-                    )
+                is_summary = status == "summary"
+                state = make(
+                    e.id,
+                    e.n,
+                    where,
+                    e.form.role,
+                    status,
+                    level,
+                    e.form.tokens,
+                    f.tokens,
+                    reason,
+                    ratio,
+                    f.digest,
+                    None,
+                    tuple(r.id for r in e.summarizes) if is_summary else (),
+                    self.calls[e.summarizer].id if is_summary and e.summarizer is not None else None,
                 )
-                continue
-            # Absent from this call.
-            summary = e.summary
-            while summary is not None and summary not in at:
-                summary = summary.summary
-            absent: MessageClass
-            if summary is not None:
-                absent, reason = "summarized", ("summarized" if e in summarized_into else "still_summarized")
             else:
-                absent = "dropped"
-                reason = dropped_reason.get(e) or ("dropped" if e.dropped_at == j else "still_dropped")
-            states.append(
-                MessageState(
-                    message_id=e.id,
-                    history_index=e.n,
-                    position=None,
-                    role=e.form.role,
-                    status=absent,
-                    level=None,
-                    tokens_before=e.form.tokens,
-                    tokens_after=0,
-                    reason=reason,
-                    digest=e.form.digest,
-                    summary_id=summary.id if summary is not None else None,
+                # Absent from this call.
+                summary = e.summary
+                while summary is not None and summary not in at:
+                    summary = summary.summary
+                if summary is not None:
+                    status, reason = (
+                        "summarized",
+                        ("summarized" if e in summarized_into else "still_summarized"),
+                    )
+                else:
+                    status = "dropped"
+                    reason = dropped_reason.get(e) or ("dropped" if e.dropped_at == j else "still_dropped")
+                key = (None, status, reason, summary)
+                if e.last_key == key and e.last is not None:
+                    states.append(e.last)
+                    continue
+                state = make(
+                    e.id,
+                    e.n,
+                    None,
+                    e.form.role,
+                    status,
+                    None,
+                    e.form.tokens,
+                    0,
+                    reason,
+                    None,
+                    e.form.digest,
+                    summary.id if summary is not None else None,
+                    (),
+                    None,
                 )
-            )
+            e.last_key = key
+            e.last = state
+            states.append(state)
 
         estimated = _estimate(ctx)
         compaction = None
@@ -485,6 +517,7 @@ class _Reconstructor:
         # What the next call is compared with; the forms' presence (for lost instructions).
         st.prev_call = j
         st.prev_ctx = [p.entry for p in found if p.entry is not None]
+        st.prev_list = ctx
         st.prev_forms = {p.entry: ctx[i] for i, p in enumerate(found) if p.entry is not None}
         for i, f in enumerate(ctx):
             st.form_last[f] = ordinal
@@ -599,20 +632,23 @@ def _estimate(ctx: Sequence[Form]) -> int:
     return sum(f.tokens for f in ctx) + 3
 
 
-def _bounds(found: Sequence[_Present], prev_pos: dict[_Entry, int]) -> tuple[list[int], list[int]]:
-    """For each input position: the highest previous-call place of the matches before it, and the
-    lowest of the matches after it (-1 and past-the-end when there are none)."""
+def _bounds(
+    found: Sequence[_Present], prev_pos: dict[_Entry, int], start: int
+) -> tuple[list[int], list[int]]:
+    """For each input position from `start` on: the highest previous-call place of the matches
+    before it, and the lowest of the matches after it (-1 and past-the-end when there are none).
+    The first `start` positions are the previous call's first `start` messages, in their order."""
     n = len(found)
     lo_of = [-1] * n
     hi_of = [len(prev_pos) + 1] * n
-    run_max = -1
-    for i in range(n):
+    run_max = start - 1
+    for i in range(start, n):
         lo_of[i] = run_max
         e = found[i].entry
         if e is not None and e in prev_pos:
             run_max = max(run_max, prev_pos[e])
     run_min = len(prev_pos) + 1
-    for i in range(n - 1, -1, -1):
+    for i in range(n - 1, start - 1, -1):
         hi_of[i] = run_min
         e = found[i].entry
         if e is not None and e in prev_pos:

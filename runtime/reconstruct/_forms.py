@@ -123,12 +123,37 @@ class FormTable:
     def __init__(self, count_text: Callable[[str], int]) -> None:
         self._count = count_text
         self._forms: dict[tuple[str, ...], Form] = {}
+        # A one-part message by its role and raw text: every call repeats the conversation, so
+        # most messages are seen again as the very same text, and a lookup skips normalizing it.
+        self._raw: dict[tuple[str, str, str], Form] = {}
+        self._raw_multi: dict[tuple[str, ...], Form] = {}
 
     def __len__(self) -> int:
         return len(self._forms)
 
     def form_of(self, message: Message) -> Form:
-        return self.form_of_parts(message.role, message.parts)
+        parts = message.parts
+        if len(parts) == 1:
+            p = parts[0]
+            kind = p.get("type")
+            value = (
+                p.get("content")
+                if kind == "text"
+                else p.get("result")
+                if kind == "tool_call_response"
+                else None
+            )
+            if value.__class__ is str:
+                raw = (message.role, kind, value)
+                form = self._raw.get(raw)  # type: ignore[arg-type]
+                if form is None:
+                    form = self._raw[raw] = self.form_of_parts(message.role, parts)  # type: ignore[index]
+                return form
+        raw_key = (message.role, *map(_raw_part, parts))
+        form = self._raw_multi.get(raw_key)
+        if form is None:
+            form = self._raw_multi[raw_key] = self.form_of_parts(message.role, parts)
+        return form
 
     def form_of_parts(self, role: str, parts: Sequence[Mapping[str, Any]]) -> Form:
         key, role_class, kind = _key(role, parts)
@@ -137,6 +162,23 @@ class FormTable:
             text = _flat_text(parts)
             form = self._forms[key] = Form(key, role_class, kind, text, self._count(text) + 3)
         return form
+
+
+def _raw_part(p: Mapping[str, Any]) -> str:
+    """A part as a text that differs whenever its form could (ids left out): a cache key, cheaper than
+    normalizing."""
+    kind = p.get("type")
+    if kind == "text":
+        return "t" + _raw_value(p.get("content"))
+    if kind == "tool_call":
+        return f"c{p.get('name')!r}{_raw_value(p.get('arguments'))}"
+    if kind == "tool_call_response":
+        return "r" + _raw_value(p.get("result"))
+    return "o" + repr({k: v for k, v in p.items() if k != "id"})
+
+
+def _raw_value(value: Any) -> str:
+    return "s" + value if isinstance(value, str) else "v" + repr(value)
 
 
 def _key(role: str, parts: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], str, str]:

@@ -97,9 +97,9 @@ class Message:
         if not isinstance(parts, list | tuple):
             raise TraceFormatError(f"a message's parts must be a list, got {type(parts).__name__}")
         for part in parts:
-            if not isinstance(part, Mapping):
+            if part.__class__ is not dict and not isinstance(part, Mapping):
                 raise TraceFormatError(f"a part must be an object, got {type(part).__name__}")
-        return cls(role=role, parts=tuple(parts))
+        return cls(role, tuple(parts))
 
     def text(self) -> str:
         """The text parts joined by newlines (tool calls and results left out)."""

@@ -109,6 +109,45 @@ class MessageState:
     summarizes: tuple[str, ...] = ()
     summarizer_call_id: str | None = None
 
+    @classmethod
+    def _make(
+        cls,
+        message_id: str,
+        history_index: int,
+        position: int | None,
+        role: str,
+        status: str,
+        level: str | None,
+        tokens_before: int,
+        tokens_after: int,
+        reason: str,
+        ratio: float | None,
+        digest: str,
+        summary_id: str | None,
+        summarizes: tuple[str, ...],
+        summarizer_call_id: str | None,
+    ) -> MessageState:
+        """`MessageState(...)` made without the frozen dataclass `__init__` (one guarded setattr per
+        field): a reconstruction makes one per message of the history at every call."""
+        s = object.__new__(cls)
+        s.__dict__.update(
+            message_id=message_id,
+            history_index=history_index,
+            position=position,
+            role=role,
+            status=status,
+            level=level,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            reason=reason,
+            ratio=ratio,
+            digest=digest,
+            summary_id=summary_id,
+            summarizes=summarizes,
+            summarizer_call_id=summarizer_call_id,
+        )
+        return s
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "message_id": self.message_id,
