@@ -5,8 +5,9 @@ Numbered steps (`_Reconstructor.step`), for one call of an agent whose previous 
 1. **Exact.** Each input message's form (`_forms`) is looked up among the history's originals and the
    shortened forms already seen. Of several originals with the same form, the ones the previous call
    saw are taken first, the latest of them (trimming removes the oldest). Found in the previous call
-   (or its answer) → kept; found, but absent from the previous call → restored; a known shortened form
-   → shortened (or restored, shortened).
+   (or its answer) → kept; found, but absent from the previous call → restored (except the tool
+   results right after the previous answer: they answer its tool calls, so they are new); a known
+   shortened form → shortened (or restored, shortened).
 2. **Slots.** Messages matched to a place in the previous call are anchors. Each unmatched message
    sits in a *slot*: between the previous-call places of the anchors around it. The previous call's
    unmatched messages in the same slot are its candidates (all unmatched ones when anchors cross).
@@ -14,13 +15,15 @@ Numbered steps (`_Reconstructor.step`), for one call of an agent whose previous 
    longer candidate of the same role class → shortened (prefix, suffix, middle, or head + tail);
    inside a longer message absent from the previous call → restored, shortened.
 4. **Summary.** An unmatched message that holds the answer of a summarizer side call, or whose
-   significant words come at least half from the candidates of its slot (two or more of them, or
-   a summary word in it) → summary; the candidates of its slot are summarized into it. The last user
-   message and tool results at the end of the input are the turn's new input and never a summary
-   by overlap alone.
-5. **System prompt.** An unmatched system message in the slot of an unmatched system message → the
-   system prompt changed (the old one dropped, the new one new), even when the new one is a cut of
-   the old (a removed sentence is a change of the prompt, not a compression of the history).
+   significant words come at least half from the candidates of its slot and that says it is a
+   summary (a summary word) or reads as one (12+ significant words for 3+ candidates) → summary;
+   the candidates of its slot are summarized into it, and so is every older message already absent
+   (a summary stands for the conversation before it). The last user message and tool results at
+   the end of the input are the turn's new input and never a summary by overlap alone.
+5. **System prompt.** An unmatched system message first in the input, where the previous call had
+   a system message first that is now unmatched → the system prompt changed (the old one dropped,
+   the new one new), even when the new one is a cut of the old (a removed sentence is a change of
+   the prompt, not a compression of the history).
 6. **Stub.** An unmatched message in a slot with an unmatched candidate of its role class that is
    bigger → shortened to a stub (L3): matched by place alone.
 7. What is left of the input is new; what is left of the previous call is dropped. Messages absent
@@ -62,6 +65,8 @@ SUMMARY_WORDS = re.compile(
 )
 #: A summary's significant words must come at least this much from what it replaced.
 SUMMARY_OVERLAP = 0.5
+#: A summary without a summary word has at least this many significant words.
+MIN_SUMMARY_WORDS = 12
 #: A summarizer's answer shorter than this (in skeleton characters) is not looked for.
 MIN_SUMMARY_CHARS = 40
 #: A cut must keep at least this many skeleton characters of the original.
@@ -230,6 +235,7 @@ class _Reconstructor:
         for k, e in enumerate(prev_out):
             prev_pos.setdefault(e, len(prev_ctx) + k)
         visible = prev_pos  # the previous call's input and answer
+        prev_out_set = set(prev_out)
         found = [_Present() for _ in ctx]
         used: set[_Entry] = set()
 
@@ -275,8 +281,19 @@ class _Reconstructor:
                         found[i] = _Present(pick, "kept", "verbatim")
                         used.add(pick)
                         bound = visible[pick]
+        # The tool results right after the previous call's answer answer its tool calls: new, even
+        # when an earlier result had the same content (the same tool called again).
+        answered = max(
+            (i for i, p in enumerate(found) if p.entry is not None and p.entry in prev_out_set), default=None
+        )
+        fresh: set[int] = set()
+        if answered is not None:
+            i = answered + 1
+            while i < len(ctx) and ctx[i].role == "tool":
+                fresh.add(i)
+                i += 1
         for f, positions in groups.items():
-            rest = [i for i in positions if found[i].entry is None]
+            rest = [i for i in positions if found[i].entry is None and i not in fresh]
             if not rest:
                 continue
             back = [e for e in st.by_form.get(f, ()) if e not in visible and e not in used]
@@ -284,14 +301,24 @@ class _Reconstructor:
                 found[i] = _Present(e, "restored", "verbatim")
                 used.add(e)
             rest = rest[len(back) :]
-            if rest:
-                known = st.alias.get(f)
-                if known is not None and known[0] not in used:
-                    orig, stub = known
-                    found[rest[0]] = _Present(
-                        orig, "shortened" if orig in visible else "restored", "same_cut", stub
+            known = st.alias.get(f) if rest else None
+            if known is not None:
+                # A known cut: of its original, or of another original with the same content (the
+                # same tool result twice is cut the same way), the one whose place fits.
+                orig, stub = known
+                for i in rest:
+                    pool = [e for e in by_form.get(orig.form, (orig,)) if e not in used]
+                    if not pool:
+                        break
+                    pick = pool[0]
+                    if len(pool) > 1:
+                        lo_of, hi_of = _bounds(found, prev_pos, k)
+                        fits = [e for e in pool if e in visible and lo_of[i] < visible[e] < hi_of[i]]
+                        pick = fits[-1] if fits else next((e for e in pool if e in visible), pool[0])
+                    found[i] = _Present(
+                        pick, "shortened" if pick in visible else "restored", "same_cut", stub
                     )
-                    used.add(orig)
+                    used.add(pick)
 
         # 2. Slots.
         left = [i for i, p in enumerate(found) if p.entry is None]
@@ -317,11 +344,26 @@ class _Reconstructor:
                     return [e for e in missing if e in free]
                 return [e for e in missing if e in free and lo < prev_pos[e] < hi]
 
+            # The system prompt: the first message, when a system message, in both calls.
+            old_prompt = prev_ctx[0] if prev_ctx and prev_ctx[0].form.role == "system" else None
+            if old_prompt is not None and old_prompt not in free:
+                old_prompt = None
             pending: list[int] = []
             for i in left:
                 x = ctx[i]
                 cands = slot(i)
-                if x.role == "system" and any(e.form.role == "system" for e in cands):
+                # 4. Summary, from a summarizer side call.
+                if x.role != "tool":
+                    by = next(
+                        (s for s, answer in side if len(answer) >= MIN_SUMMARY_CHARS and answer in x.skel),
+                        None,
+                    )
+                    if by is not None:
+                        for e in cands:
+                            free.discard(e)
+                        new_summaries.append((i, cands, by))
+                        continue
+                if i == 0 and x.role == "system" and old_prompt is not None:
                     pending.append(i)  # a system prompt in place of another: step 5 before a cut
                     continue
                 # 3. Cut.
@@ -339,21 +381,10 @@ class _Reconstructor:
                         found[i] = _Present(hit, "restored", "cut")
                         used.add(hit)
                         continue
-                # 4. Summary, from a summarizer side call.
-                if x.role != "tool":
-                    by = next(
-                        (s for s, answer in side if len(answer) >= MIN_SUMMARY_CHARS and answer in x.skel),
-                        None,
-                    )
-                    if by is not None:
-                        for e in cands:
-                            free.discard(e)
-                        new_summaries.append((i, cands, by))
-                        continue
                 pending.append(i)
             for i in pending:
                 x = ctx[i]
-                cands = slot(i)
+                cands = [e for e in slot(i) if e is not old_prompt]
                 # 4. Summary, by overlap with what it replaced.
                 if x.role != "tool" and i not in tail_new and cands and _reads_as_summary(x, cands):
                     for e in cands:
@@ -361,13 +392,11 @@ class _Reconstructor:
                     new_summaries.append((i, cands, None))
                     continue
                 # 5. System prompt.
-                if x.role == "system":
-                    old = next((e for e in cands if e.form.role == "system"), None)
-                    if old is not None:
-                        free.discard(old)
-                        dropped_reason[old] = "system_prompt_changed"
-                        found[i] = _Present(None, "new", "system_prompt_changed")
-                        continue
+                if i == 0 and x.role == "system" and old_prompt is not None and old_prompt in free:
+                    free.discard(old_prompt)
+                    dropped_reason[old_prompt] = "system_prompt_changed"
+                    found[i] = _Present(None, "new", "system_prompt_changed")
+                    continue
                 # 6. Stub.
                 if i not in tail_new:
                     old = next((e for e in cands if e.form.role == x.role and e.form.tokens > x.tokens), None)
@@ -379,6 +408,9 @@ class _Reconstructor:
 
         # 7. New entries (in input order), summaries with their ranges, then every history state.
         summary_at = {i: (rng, by) for i, rng, by in new_summaries}
+        absorbed: set[_Entry] = set()
+        present = {p.entry for p in found if p.entry is not None} if summary_at else set()
+        bounds = _bounds_after(found) if summary_at else []
         for i, p in enumerate(found):
             if p.entry is not None:
                 continue
@@ -391,6 +423,19 @@ class _Reconstructor:
                 for r in rng:
                     summarized_into[r] = e
                     r.summary = e
+                # Older messages already gone before this call: the summary stands for them now.
+                limit = bounds[i]
+                for r in st.entries:
+                    if r.n >= limit or r is e:
+                        break
+                    if (
+                        r not in present
+                        and r not in visible
+                        and r not in summarized_into
+                        and r.summary is not e
+                    ):
+                        r.summary = e
+                        absorbed.add(r)
                 found[i] = _Present(e, "summary", "summary")
             else:
                 origin = "instructions" if i == 0 and self.has_instructions[j] else "input"
@@ -462,10 +507,13 @@ class _Reconstructor:
                 while summary is not None and summary not in at:
                     summary = summary.summary
                 if summary is not None:
-                    status, reason = (
-                        "summarized",
-                        ("summarized" if e in summarized_into else "still_summarized"),
-                    )
+                    status = "summarized"
+                    if e in summarized_into:
+                        reason = "summarized"
+                    elif e in absorbed:
+                        reason = "absorbed_by_summary"
+                    else:
+                        reason = "still_summarized"
                 else:
                     status = "dropped"
                     reason = dropped_reason.get(e) or ("dropped" if e.dropped_at == j else "still_dropped")
@@ -656,6 +704,19 @@ def _bounds(
     return lo_of, hi_of
 
 
+def _bounds_after(found: Sequence[_Present]) -> list[int]:
+    """For each input position: the lowest history index of the messages matched after it (a big
+    number when none)."""
+    out = [1 << 62] * len(found)
+    low = 1 << 62
+    for i in range(len(found) - 1, -1, -1):
+        out[i] = low
+        e = found[i].entry
+        if e is not None and e.n < low:
+            low = e.n
+    return out
+
+
 def _tail_new_input(ctx: Sequence[Form], last_anchor: int) -> set[int]:
     """The turn's new input: after the last matched message, the tool results and the last user
     message."""
@@ -703,12 +764,14 @@ def _is_cut(x: Form, orig: Form) -> bool:
 
 
 def _reads_as_summary(x: Form, cands: Sequence[_Entry]) -> bool:
-    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands`, with two or more
-    candidates or a summary word in `x`?"""
+    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands`, and does `x` say
+    it is a summary (a summary word) or read as one (`MIN_SUMMARY_WORDS` significant words or more,
+    standing for three candidates or more)? A short note that quotes one message (a pinned fact) is
+    no summary."""
     mine = x.wordset
     if not mine:
         return False
-    if len(cands) < 2 and not SUMMARY_WORDS.search(x.text):
+    if not SUMMARY_WORDS.search(x.text) and (len(cands) < 3 or len(mine) < MIN_SUMMARY_WORDS):
         return False
     theirs: set[str] = set()
     for e in cands:
