@@ -475,3 +475,86 @@ def test_it_reads_token_counts_written_as_strings() -> None:
 def test_the_docstring_examples_hold(module: object) -> None:
     failed, attempted = doctest.testmod(module)  # type: ignore[arg-type]
     assert attempted and not failed
+
+
+def test_a_pinned_note_where_messages_went_is_no_summary() -> None:
+    pin = system("[pinned p_1a2b3c4d · d5]\nDeploy 5: OOM on pool B.")
+    calls = [
+        call("c1", [S, U1], [A1]),
+        call("c2", [S, U1, A1, U2], [A2]),
+        # U1 and A1 dropped; a pin quoting the plan inserted after the system prompt
+        call(
+            "c3", [S, system("[pinned p_1a2b3c4d · plan]\nFly TAP from Paris, stay in Alfama."), U2, A2, U3]
+        ),
+        call("c4", [S, pin, U2, A2, U3]),
+    ]
+    r = reconstruct(calls)
+    assert [(s.message_id, s.status) for s in r.call("c3").states] == [
+        ("m1", "kept"),
+        ("m2", "dropped"),
+        ("m3", "dropped"),
+        ("m4", "kept"),
+        ("m5", "kept"),
+        ("m6", "new"),
+        ("m7", "new"),
+    ]
+
+
+def test_a_new_summary_stands_for_what_was_already_gone() -> None:
+    summary = system(
+        "[Earlier conversation — summary] Plan: fly TAP from Paris, stay in Alfama, visit Belem; a day "
+        "trip to Sintra by train from Rossio to Pena Palace."
+    )
+    calls = [
+        call("c1", [S, U1], [A1]),
+        call("c2", [S, U1, A1, U2], [A2]),
+        call("c3", [S, A1, U2, A2, U3], [A3]),  # U1 (m2) dropped
+        call("c4", [S, summary, U3, A3, U4]),  # a summary where A1..A2 were
+    ]
+    r = reconstruct(calls)
+    c4 = {s.message_id: (s.status, s.reason, s.summary_id) for s in r.call("c4").states}
+    assert c4["m2"] == ("summarized", "absorbed_by_summary", "m8")
+    assert c4["m3"] == ("summarized", "summarized", "m8")
+    assert c4["m5"] == ("summarized", "summarized", "m8")
+    assert r.call("c4").compaction.summarized == ("m3", "m4", "m5")  # type: ignore[union-attr]
+
+
+def test_the_same_tool_result_again_is_new_and_its_cuts_go_to_the_right_copy() -> None:
+    q1, q2, q3 = user("First question?"), user("Second question?"), user("Third question?")
+    look = tool_call("recall", {"turn": 1}, "call_1")
+    look2 = tool_call("recall", {"turn": 1}, "call_2")
+    same = LOG
+    cut = LOG[:200] + "..."
+    ans1, ans2 = assistant("First answer."), assistant("Second answer.")
+    calls = [
+        call("c1", [S, q1], [look]),
+        call("c2", [S, q1, look, tool_result(same, "call_1")], [ans1]),
+        call("c3", [S, q1, look, tool_result(cut, "call_1"), ans1, q2], [look2]),
+        call(
+            "c4",
+            [S, q1, look, tool_result(cut, "call_1"), ans1, q2, look2, tool_result(same, "call_2")],
+            [ans2],
+        ),
+        call(
+            "c5",
+            [S, q1, look, tool_result(cut, "call_1"), ans1, q2, look2, tool_result(cut, "call_2"), ans2, q3],
+        ),
+    ]
+    r = reconstruct(calls)
+    # S=m1 q1=m2 look=m3 result=m4 ans1=m5 q2=m6 look2=m7 second result=m8 ans2=m9 q3=m10
+    assert [(s.message_id, s.status) for s in r.call("c4").states][6:] == [("m7", "kept"), ("m8", "new")]
+    c5 = {s.message_id: (s.status, s.position) for s in r.call("c5").states}
+    assert c5["m4"] == ("shortened", 3) and c5["m8"] == ("shortened", 7)
+
+
+def test_a_summarizer_call_of_the_same_agent_is_kept_out_of_its_history() -> None:
+    calls = [
+        call("c1", [S, U1], [A1]),
+        call("c2", [S, U1, A1, U2], [A2]),
+        call("s1", [system("Summarize this conversation."), user("...")], [assistant(SUMMARY)]),
+        call("c3", [S, user("Summary of the conversation so far: " + SUMMARY), U3]),
+    ]
+    r = reconstruct(calls)
+    assert r.call("s1").kind == "summarizer" and r.call("c3").previous_call_id == "c2"
+    assert r.compactions[0].summarizer_call_id == "s1"
+    assert [s.status for s in r.call("c3").states] == ["kept"] + ["summarized"] * 4 + ["summary", "new"]
