@@ -7,6 +7,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from arcana_site import login, views
+from traces.otlp.api import OtlpTracesView
 from traces.urls import team_urlpatterns
 
 urlpatterns = [
@@ -16,6 +17,8 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("traces.api_urls")),
+    # OTLP/HTTP at its standard path, so OTEL_EXPORTER_OTLP_ENDPOINT=<this server> works unchanged.
+    path("v1/traces", OtlpTracesView.as_view(), name="otlp-traces"),
     path("", include((team_urlpatterns, "teams"))),
     path("", include("traces.urls")),
 ]

@@ -23,6 +23,8 @@ from .errors import TraceFormatError
 
 #: The value of `metadata.producer` on every event our runtime writes.
 PRODUCER = "arcana-console"
+#: Events derived from OpenTelemetry spans (`runtime.otlp.events_for_run`): our dialect, read as ours.
+OTLP_PRODUCER = "arcana-console-otlp"
 
 #: Every envelope key, in the order Arcana 1.2 serializes them. All are always written.
 ENVELOPE_KEYS: tuple[str, ...] = (
@@ -354,8 +356,9 @@ class TraceEvent:
 
     @property
     def is_ours(self) -> bool:
-        """True when Arcana Console's runtime wrote this event (it carries 1-based turn/step)."""
-        return self.metadata.get("producer") == PRODUCER
+        """True when the event is in Arcana Console's own dialect (1-based turn/step on every event of a
+        step): written by our runtime, or derived from OpenTelemetry spans (`OTLP_PRODUCER`)."""
+        return self.metadata.get("producer") in (PRODUCER, OTLP_PRODUCER)
 
     @property
     def source_agent(self) -> str | None:

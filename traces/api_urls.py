@@ -12,6 +12,7 @@ from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
 from traces.ingest import api as ingest_api
+from traces.otlp.api import OtlpTracesView
 from traces.runs import api
 
 RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
@@ -20,6 +21,7 @@ urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     *conversation_urls,
     path("ingest", ingest_api.IngestView.as_view(), name="api-ingest"),
+    path("otlp/v1/traces", OtlpTracesView.as_view(), name="api-otlp-traces"),
     path("uploads", ingest_api.UploadListView.as_view(), name="api-uploads"),
     path("uploads/<id:upload_id>", ingest_api.UploadDetailView.as_view(), name="api-upload"),
     path("runs", api.RunListView.as_view(), name="api-runs"),

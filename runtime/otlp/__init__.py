@@ -19,6 +19,8 @@ Three steps, each a pure function:
   GenAI "parts" form.
 - `assemble_run` turns the spans of one run, in any order, into its turns, steps (model calls, by
   end time), tool calls and agents.
+- `events_for_run` writes an assembled run as trace events in our own dialect (derived: the same
+  spans always give the same events), which the server ingests and the CLI reads like any trace.
 
 The shapes are TypedDicts (plain dicts at run time, JSON as they are): see `_types.py`, and
 docs/guide/otlp-mapping.md for which attribute becomes what.
@@ -26,9 +28,11 @@ docs/guide/otlp-mapping.md for which attribute becomes what.
 
 from __future__ import annotations
 
+from .._trace import OTLP_PRODUCER
 from ..errors import OtlpBodyTooLargeError, OtlpContentTypeError, OtlpDecodeError, OtlpDependencyError
 from ._conventions import normalize_span
 from ._decode import decode_request, encode_response
+from ._events import chat_messages, events_for_run, run_id_for
 from ._run import assemble_run, group_runs
 from ._types import (
     DecodedRequest,
@@ -55,6 +59,7 @@ from ._types import (
 )
 
 __all__ = [
+    "OTLP_PRODUCER",
     "DecodeLimits",
     "DecodedRequest",
     "ErrorInfo",
@@ -81,8 +86,11 @@ __all__ = [
     "ToolInfo",
     "Usage",
     "assemble_run",
+    "chat_messages",
     "decode_request",
     "encode_response",
+    "events_for_run",
     "group_runs",
     "normalize_span",
+    "run_id_for",
 ]

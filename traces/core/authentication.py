@@ -73,6 +73,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("Invalid API key.") from None
+        return self.key_user(raw)
+
+    def key_user(self, raw: str) -> tuple[ProjectKeyUser, ApiKey]:
+        """The key `raw` names, with its user (401 for an unknown or revoked key)."""
         key = self.find_key(ApiKey.hash_key(raw))
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked API key.")
@@ -148,6 +152,23 @@ def key_of(request: Any) -> ApiKey | None:
     """The API key a request authenticated with, or None for a session."""
     auth = getattr(request, "auth", None)
     return auth if isinstance(auth, ApiKey) else None
+
+
+class ApiKeyHeaderAuthentication(ApiKeyAuthentication):
+    """`x-api-key: <key>`, the header OpenTelemetry exporters are often configured with
+    (`OTEL_EXPORTER_OTLP_HEADERS=x-api-key=…`). No header → not this scheme."""
+
+    def authenticate(self, request: Request) -> tuple[ProjectKeyUser, ApiKey] | None:
+        value = request.META.get("HTTP_X_API_KEY")
+        if value is None:
+            return None
+        raw = value.strip()
+        if not raw or not raw.isascii() or not raw.isprintable():
+            raise exceptions.AuthenticationFailed("Invalid API key.")
+        return self.key_user(raw)
+
+    def authenticate_header(self, request: Request) -> str:
+        return "x-api-key"
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]  # drf-spectacular leaves __init_subclass__ unannotated

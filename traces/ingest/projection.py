@@ -36,6 +36,7 @@ from runtime.facts import (
     tool_results,
     turn_outcome,
 )
+from runtime.otlp import OTLP_PRODUCER
 from traces.models import (
     MESSAGE_DECISION_KEYS,
     Run,
@@ -421,7 +422,7 @@ def project_run(events: list[TraceEvent]) -> _Projection:
     outcome = run_outcome(turn_views, events)
     links = run_links(events)
     proj.run_fields = {
-        "source": Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA,
+        "source": _source(events),
         "agents": sorted({ne.agent for ne in normalized if ne.agent}),
         "model": (model or "")[:200],
         "status": outcome.status,
@@ -454,3 +455,10 @@ def project_run(events: list[TraceEvent]) -> _Projection:
         ),
     }
     return proj
+
+
+def _source(events: list[TraceEvent]) -> str:
+    """Who wrote the run: spans of any framework (events derived from OTLP), our runtime, or arcana-agent."""
+    if any(e.metadata.get("producer") == OTLP_PRODUCER for e in events):
+        return Run.Source.OTLP
+    return Run.Source.RUNTIME if any(e.is_ours for e in events) else Run.Source.ARCANA

@@ -40,7 +40,7 @@ from runtime import ENVELOPE_KEYS, TraceEvent
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
 
 Status = Literal["accepted", "duplicate", "rejected"]
-Source = Literal["api", "upload", "cli", "worker", "rebuild"]
+Source = Literal["api", "upload", "cli", "worker", "rebuild", "otlp"]
 
 #: Deepest nesting of objects and arrays in one event (the event object itself is level 1). Deep
 #: enough for any real trace (ours reach 6); shallow enough that no reader, renderer or serializer of

@@ -11,7 +11,8 @@ plain chat (one unnamed agent).
 Modules: `teams` (teams, roles and permissions, projects, API keys, invites, login failures, the
 audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `projection` (turns, steps,
 context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
-files, worker heartbeats), `conversation` (conversations our workers run). Import every name from
+files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
+spans as received, the source of truth of a run sent over OTLP). Import every name from
 `traces.models`.
 """
 
@@ -29,6 +30,7 @@ from traces.models.files import (
     Upload,
     WorkerHeartbeat,
 )
+from traces.models.otlp import Span
 from traces.models.projection import (
     EMPTY_MESSAGE_TABLE,
     MESSAGE_DECISION_KEYS,
@@ -95,6 +97,7 @@ __all__ = [
     "RelatedRuns",
     "Run",
     "ShareLink",
+    "Span",
     "ShareLinkQuerySet",
     "Step",
     "StoredFile",

@@ -51,6 +51,7 @@ class Run(models.Model):
     class Source(models.TextChoices):
         RUNTIME = "runtime"  # written by Arcana Console's runtime (metadata.producer)
         ARCANA = "arcana"  # written by arcana-agent 1.2
+        OTLP = "otlp", "OpenTelemetry"  # spans of any framework (traces/models/otlp.py)
 
     class Status(models.TextChoices):
         RUNNING = "running"

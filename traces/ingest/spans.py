@@ -1,0 +1,167 @@
+"""OpenTelemetry spans into the one writer (DESIGN.md §10): raw spans first, then the runs they make.
+
+`do_ingest_spans(project, spans)`:
+
+1. **Raw first, idempotent.** Each decoded span (`runtime.otlp.Span`) is stored as a `Span` row keyed
+   by `(project, trace_id, span_id)`; a span sent again is stored once (the first copy stays).
+2. **The runs the batch touches, whole.** A run is a conversation (`gen_ai.conversation.id`, else
+   `session.id`), else a trace (`runtime.otlp.group_runs`), so a span changes the run of every span
+   of its trace and of every trace of its conversation: those spans are read back, and the run is
+   assembled from all of them in any order of arrival (`runtime.otlp.assemble_run`).
+3. **Derived events, through the one path.** Each run's events (`runtime.otlp.events_for_run`; their
+   step ids are made from span ids, so the same spans give the same events) replace the run's
+   previous ones, and `ingest_events` projects them like any producer's: runs, turns, steps, tool
+   calls, errors. A late span — a child before its parent, an agent span after its children — only
+   changes what the run is derived into, so the pages follow.
+4. A trace first seen without its conversation id becomes a run of its own (keyed by the trace id);
+   once a span of it names the conversation, that run is folded into the conversation's and deleted.
+
+Conversation ids are scoped to their project: two projects reusing one id never share a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from runtime.otlp import Span as DecodedSpan
+from runtime.otlp import assemble_run, events_for_run, group_runs, normalize_span, run_id_for
+from traces.ingest.deletion import do_delete_run
+from traces.ingest.writing import ingest_events
+from traces.models import Event, Project, Run, Span
+
+log = logging.getLogger(__name__)
+
+#: How many rounds of "spans of these traces → their conversations → those conversations' traces"
+#: a batch follows before it projects (a conversation id reached only through more hops than this is
+#: picked up by the next batch that touches it).
+_CLOSURE_ROUNDS = 3
+
+
+@dataclass
+class SpanResult:
+    """What a batch of spans did: spans stored (new), spans already stored, runs (re)derived, and
+    events the derived runs could not store (named, with their reason; the raw spans are kept)."""
+
+    stored: int = 0
+    duplicates: int = 0
+    runs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _body(span: DecodedSpan) -> bytes:
+    return zlib.compress(json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+
+
+def _span(body: bytes) -> DecodedSpan:
+    span: DecodedSpan = json.loads(zlib.decompress(body))
+    return span
+
+
+def _conversation(span: DecodedSpan) -> str:
+    normalized = normalize_span(span)
+    if normalized["run_key_source"] == "trace_id":
+        return ""
+    return run_id_for(normalized["run_key"])
+
+
+def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
+    """Store `spans` (valid, decoded) for `project` and derive the runs they touch (module docstring)."""
+    result = SpanResult()
+    if not spans:
+        return result
+    rows: dict[tuple[str, str], Span] = {}
+    for s in spans:
+        key = (s["trace_id"], s["span_id"])
+        if key in rows:
+            result.duplicates += 1
+            continue
+        rows[key] = Span(
+            project=project,
+            trace_id=s["trace_id"],
+            span_id=s["span_id"],
+            conversation=_conversation(s),
+            body=_body(s),
+        )
+    with transaction.atomic():
+        stored = set(
+            Span.objects.filter(project=project, trace_id__in={t for t, _ in rows}).values_list(
+                "trace_id", "span_id"
+            )
+        )
+        new = [row for key, row in rows.items() if key not in stored]
+        result.duplicates += len(rows) - len(new)
+        Span.objects.bulk_create(new, batch_size=500, ignore_conflicts=True)
+        result.stored = len(new)
+    traces = {t for t, _ in rows}
+    conversations = {row.conversation for row in rows.values() if row.conversation}
+    do_derive_runs(project, traces, conversations, result)
+    return result
+
+
+def _closure(project: Project, traces: set[str], conversations: set[str]) -> list[Span]:
+    """Every stored span of these traces and conversations, and of the traces and conversations those
+    spans name in turn (`_CLOSURE_ROUNDS` deep)."""
+    for _ in range(_CLOSURE_ROUNDS):
+        found = Span.objects.filter(project=project, conversation__in=conversations).values_list(
+            "trace_id", flat=True
+        )
+        more_traces = set(found) - traces
+        named = set(
+            Span.objects.filter(project=project, trace_id__in=traces | more_traces)
+            .exclude(conversation="")
+            .values_list("conversation", flat=True)
+        )
+        more_conversations = named - conversations
+        traces |= more_traces
+        conversations |= more_conversations
+        if not more_traces and not more_conversations:
+            break
+    return list(Span.objects.filter(project=project, trace_id__in=traces).order_by("pk"))
+
+
+def do_derive_runs(
+    project: Project, traces: set[str], conversations: set[str], result: SpanResult | None = None
+) -> SpanResult:
+    """Derive again the runs of these traces and conversations from all their stored spans."""
+    result = result if result is not None else SpanResult()
+    rows = _closure(project, set(traces), set(conversations))
+    by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
+    decoded = [_span(bytes(r.body)) for r in rows]
+    normalized = [normalize_span(s) for s in decoded]
+    for run_key, run_spans in group_runs(normalized).items():
+        run_id = run_id_for(run_key)
+        run = assemble_run(run_spans)
+        events = events_for_run(run, run_id)
+        pks = [by_key[(s["trace_id"], s["span_id"])].pk for s in run_spans]
+        previous = {by_key[(s["trace_id"], s["span_id"])].run_id for s in run_spans} - {"", run_id}
+        _replace_events(project, run_id, events, result)
+        Span.objects.filter(pk__in=pks).update(run_id=run_id)
+        for stale in previous:  # a trace's own run, now part of its conversation's
+            for old in Run.objects.filter(project=project, run_id=stale):
+                if not Span.objects.filter(project=project, run_id=stale).exists():
+                    do_delete_run(old)
+        result.runs.append(run_id)
+    return result
+
+
+def _replace_events(project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult) -> None:
+    """The run's derived events replaced by `events`, and its projections rebuilt from them, under
+    the run's row lock (another batch of the same run waits, then derives from every span)."""
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
+        old = Event.objects.filter(project=project, run_id=run_id)
+        old._raw_delete(old.db)
+        if not events:
+            return
+        answer = ingest_events(project, events, source="otlp")
+        for r in answer.results:
+            if r.status == "rejected":
+                problem = f"run {run_id!r}: derived event {r.index} not stored: {r.error}"
+                result.problems.append(problem)
+                log.warning("otlp: %s", problem)
