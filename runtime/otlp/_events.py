@@ -17,8 +17,11 @@ They carry `metadata.producer = "arcana-console-otlp"` (`OTLP_PRODUCER`) and, pe
 4. `tool_call` — one per tool call of the step, with its arguments and result;
 5. `error` — when the call or one of its tools failed.
 
-What spans do not carry (the runtime's own context decisions, pins, recalls) is not invented here:
-those events are absent, and the pages say so.
+and one `context_decision` per step **reconstructed** from the messages each call received
+(`runtime.reconstruct`): kept, shortened, summarized, dropped, restored or new, per message, with
+`origin = "reconstructed"` on the decision and its rows, the step's compaction and the instructions
+it no longer saw in `context_report`. What spans do not carry (pins, recalls) is not invented: those
+events are absent, and the pages say so.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._trace import OTLP_PRODUCER
+from ..errors import TraceFormatError
+from ..reconstruct import Reconstruction, reconstruct
 from ._types import ErrorInfo, Message, OtlpRun, OtlpStep, OtlpToolCall, OtlpTurn, Part
 
 _ENVELOPE_NULLS = (
@@ -229,11 +234,114 @@ def _tool(
         )
 
 
-def _step(w: _Writer, run: OtlpRun, turn: OtlpTurn, number: int, step: OtlpStep, spine: str | None) -> str:
+def _step_id(step: OtlpStep) -> str:
+    return f"otlp-{step['trace_id']}-{step['span_id']}"
+
+
+RECONSTRUCTED = (
+    "Reconstructed from the messages the model received (the spans record no context decision): "
+    "each message of the conversation so far is kept, shortened, summarized, dropped, restored or new."
+)
+
+
+def _by_part(messages: list[Message]) -> list[Message]:
+    """Messages with several text parts split into one message per text part (the other parts stay
+    with the first): frameworks join consecutive requests into one message (Pydantic AI sends a
+    summary and the next question as two text parts of one user message), and each part is what
+    was kept, summarized or added."""
+    out: list[Message] = []
+    for m in messages:
+        parts = m.get("parts") or []
+        texts = [p for p in parts if p.get("type") == "text"]
+        if len(texts) < 2:
+            out.append(m)
+            continue
+        others = [p for p in parts if p.get("type") != "text"]
+        for i, part in enumerate(texts):
+            piece: Message = {"role": m.get("role", "user"), "parts": [part, *(others if i == 0 else [])]}
+            out.append(piece)
+    return out
+
+
+def _reconstruction(run: OtlpRun) -> Reconstruction | None:
+    """The run's context decisions read from the messages each call received, or None when no call
+    carries its input messages (or they cannot be read)."""
+    calls = []
+    for step in run["steps"]:
+        if step["input_messages"] is None:
+            continue
+        usage: dict[str, Any] = dict(step["usage"] or {})
+        calls.append(
+            {
+                "id": _step_id(step),
+                "input_messages": _by_part(step["input_messages"]),
+                "output_messages": _by_part(step["output_messages"] or []),
+                "system_instructions": step["system_instructions"],
+                "input_tokens": usage.get("input_tokens"),
+                "output_tokens": usage.get("output_tokens"),
+                "agent": step["agent"],
+            }
+        )
+    if not calls:
+        return None
+    try:
+        return reconstruct(calls)
+    except TraceFormatError:
+        return None
+
+
+def _decision(
+    w: _Writer, rec: Reconstruction, step: OtlpStep, step_id: str, pos: tuple[int, int, str | None]
+) -> None:
+    """The step's reconstructed `context_decision`, when the reconstruction has one for its call."""
+    try:
+        call = rec.call(step_id)
+    except KeyError:
+        return
+    if call.kind != "turn":
+        return
+    decision = call.to_context_decision()
+    lost = [i.to_dict() for i in rec.lost_instructions if i.first_missing_call_id == step_id]
+    report: dict[str, Any] = {"origin": "reconstructed", "counts": call.counts()}
+    if call.compaction is not None:
+        report["compaction"] = call.compaction.to_dict()
+    if lost:
+        report["lost_instructions"] = lost
+    if call.context_window and call.input_tokens:
+        report["utilization"] = call.input_tokens / call.context_window
+    decision["explanation"] = RECONSTRUCTED
+    w.emit(
+        "context_decision",
+        f"{step_id}-decision",
+        step_id,
+        step["start_time"],
+        pos,
+        {
+            "context_decision": decision,
+            "explanation": RECONSTRUCTED,
+            "compressed_count": decision["compressed_count"],
+            "messages_in": decision["messages_in"],
+            "messages_out": decision["messages_out"],
+            "context_report": report,
+        },
+    )
+
+
+def _step(
+    w: _Writer,
+    run: OtlpRun,
+    turn: OtlpTurn,
+    number: int,
+    step: OtlpStep,
+    spine: str | None,
+    rec: Reconstruction | None,
+) -> str:
     w.iteration += 1
     turn_number = turn["index"] + 1
     pos = (turn_number, number, step["agent"] or turn["agent"])
-    step_id = f"otlp-{step['trace_id']}-{step['span_id']}"
+    step_id = _step_id(step)
+    if rec is not None:
+        _decision(w, rec, step, step_id, pos)
     if step["input_messages"] is not None or step["system_instructions"]:
         w.emit(
             "prompt_snapshot",
@@ -315,8 +423,9 @@ def events_for_run(run: OtlpRun, run_id: str | None = None) -> list[dict[str, An
     """The trace events of `run` (see the module docstring), in step order. `run_id` defaults to
     `run_id_for(run["run_key"])`."""
     w = _Writer(run_id or run_id_for(run["run_key"]), len(run["agents"]))
+    rec = _reconstruction(run)
     spine: str | None = None
     for turn in run["turns"]:
         for number, index in enumerate(turn["steps"], start=1):
-            spine = _step(w, run, turn, number, run["steps"][index], spine)
+            spine = _step(w, run, turn, number, run["steps"][index], spine, rec)
     return w.events

@@ -42,27 +42,26 @@ def _by_start(s: NormalizedSpan) -> tuple[int, int, str, str]:
 
 def group_runs(spans: Iterable[NormalizedSpan]) -> dict[str, list[NormalizedSpan]]:
     """Split spans into runs: `{run key: [spans]}`, keys sorted. A run is a conversation
-    (`gen_ai.conversation.id`, else `session.id`), else a trace. A span that carries no conversation
-    id belongs to the conversation of its trace when another span of the trace carries one (the
-    first by conversation id then session id, then alphabetically), so the spans an application opens
-    around an agent (and the agent's own spans) stay in the agent's run."""
+    (`gen_ai.conversation.id`, else `session.id`), else a trace, and a trace is never split: all its
+    spans belong to the conversation of its outermost span that names one (the earliest started;
+    then conversation ids before session ids, then alphabetically). So the spans an application
+    opens around an agent stay in the agent's run, and a side agent run inside a call (a summarizer
+    in a history processor, which frameworks give a conversation id of its own) stays in the run it
+    worked for."""
     spans = list(spans)
-    trace_key: dict[str, tuple[int, str]] = {}
+    trace_key: dict[str, tuple[int, int, str]] = {}
     for s in spans:
         source = s["run_key_source"]
         if source == "trace_id":
             continue
-        rank = (0 if source == "gen_ai.conversation.id" else 1, s["run_key"])
+        rank = (s["start_time"], 0 if source == "gen_ai.conversation.id" else 1, s["run_key"])
         best = trace_key.get(s["trace_id"])
         if best is None or rank < best:
             trace_key[s["trace_id"]] = rank
     runs: dict[str, list[NormalizedSpan]] = {}
     for s in spans:
-        if s["run_key_source"] != "trace_id":
-            key = s["run_key"]
-        else:
-            found = trace_key.get(s["trace_id"])
-            key = found[1] if found else s["trace_id"]
+        found = trace_key.get(s["trace_id"])
+        key = found[2] if found else s["trace_id"]
         runs.setdefault(key, []).append(s)
     return {key: sorted(runs[key], key=_by_start) for key in sorted(runs)}
 

@@ -2,7 +2,7 @@
 
 One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
 `project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
-`started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
+`had_compaction`, `lost_instruction`, `started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
 break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
 `pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
 
@@ -24,7 +24,7 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from traces.models import Pin, Run, Turn
+from traces.models import ContextDecision, Pin, Run, Turn
 
 #: The page's older parameter names and the ones they stand for.
 ALIASES = {"from": "started_after", "pins": "has_pins", "recalls": "has_recalls"}
@@ -115,6 +115,14 @@ class RunFilter(django_filters.FilterSet):
     has_pins = FlagFilter(method=_flag("pin_count"), help_text="runs that pinned content (alias `pins`)")
     has_recalls = FlagFilter(method=_flag("recall_count"), help_text="runs that recalled (alias `recalls`)")
     has_primitives = FlagFilter(method=_flag("primitives"), help_text="runs with any primitive call")
+    had_compaction = FlagFilter(
+        method="filter_compaction",
+        help_text="runs where a model call's context lost or condensed earlier content (recorded or reconstructed)",
+    )
+    lost_instruction = FlagFilter(
+        method="filter_lost",
+        help_text="runs whose later calls no longer saw an instruction of the system prompt or a user message",
+    )
     started_after = InstantFilter(
         field_name="started_at",
         lookup_expr="gte",
@@ -139,6 +147,20 @@ class RunFilter(django_filters.FilterSet):
     def filter_agent(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         # Agents live in a JSON list; an EXISTS over turns works the same on SQLite and PostgreSQL.
         return qs.filter(Exists(Turn.objects.filter(run=OuterRef("pk"), agent=value)))
+
+    def filter_compaction(self, qs: QuerySet[Run], name: str, value: bool | None) -> QuerySet[Run]:
+        if value is None:
+            return qs
+        condensed = ContextDecision.objects.filter(run=OuterRef("pk")).filter(
+            Q(dropped_count__gt=0) | Q(compressed_count__gt=0)
+        )
+        return qs.filter(Exists(condensed)) if value else qs.exclude(Exists(condensed))
+
+    def filter_lost(self, qs: QuerySet[Run], name: str, value: bool | None) -> QuerySet[Run]:
+        if value is None:
+            return qs
+        lost = ContextDecision.objects.filter(run=OuterRef("pk"), report__has_key="lost_instructions")
+        return qs.filter(Exists(lost)) if value else qs.exclude(Exists(lost))
 
     def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         text = value.strip()
