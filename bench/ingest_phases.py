@@ -6,13 +6,13 @@
 
 One process, one request at a time: the mix of bench/ingest.py (batches of 500) is posted through
 Django's test client to the real ingest view (middleware, DRF, the key, the rate limit), on PostgreSQL.
-The ingest's functions are wrapped by name for the measurement (module globals, as `do_ingest` and the
+The ingest's functions are wrapped by name for the measurement (module globals, as the stages and the
 view look them up), and each reports its own time, that of the phases it calls taken out:
 
 - wall: time in the phase (this process's CPU plus its waits on PostgreSQL, the commit's WAL flush
   included);
 - PostgreSQL: the CPU of this connection's backend meanwhile (/proc schedstat). A new run's projection
-  is computed while the backend writes the raw events (`_insert_events`), so its PostgreSQL column is
+  is computed while the backend writes the raw events (`raw_events_written`), so its PostgreSQL column is
   that COPY's, not its own.
 
 Each phase is marked `bound` when the lower bound of bench/ingest_floor.py counts it (what a raw-first
@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
+import inspect
 import json
 import os
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,22 +57,21 @@ DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/arcana_phases"
 #: (module, function, bound?): the phases timed, by the module that looks the name up.
 PHASES = [
     ("traces.ingest", "parse_batch", True),
-    ("traces.ingest.writing", "check_events", True),
-    ("traces.ingest.writing", "do_ingest", True),  # its own loops, and the commit
-    ("traces.ingest.writing", "_lock_runs", False),
-    ("traces.ingest.writing", "_stored_keys", False),
-    ("traces.ingest.writing", "_insert_unless_stored", False),  # its savepoint
-    ("traces.ingest.writing", "rows_before_batch", False),
-    ("traces.ingest.writing", "_insert_events", True),
-    ("traces.ingest.writing", "project_run", True),
-    ("traces.ingest.writing", "do_write_projections", True),
-    ("traces.ingest.writing", "do_project_turns", False),
+    ("traces.ingest.pipeline", "check_events", True),
+    ("traces.ingest.pipeline", "do_ingest", True),  # its own loops, and the commit
+    ("traces.ingest.storing", "_lock_runs", False),
+    ("traces.ingest.reads", "stored_keys", False),  # asked first, or after a refused COPY
+    ("traces.ingest.reads", "rows_before_batch", False),
+    ("traces.ingest.storing", "raw_events_written", True),  # the raw rows' COPY (its block: project_run)
+    ("traces.ingest.projecting", "project_run", True),
+    ("traces.ingest.projecting", "do_write_projections", True),
+    ("traces.ingest.projecting", "do_project_turns", False),
     ("traces.ingest.incremental", "_touched_turns", False),
-    ("traces.ingest.incremental", "_touched_rows", False),
-    ("traces.ingest.incremental", "_project_turns", False),
+    ("traces.ingest.reads", "touched_rows", False),
+    ("traces.ingest.incremental", "project_turns", False),
     ("traces.ingest.incremental", "_delete_turns", False),
-    ("traces.ingest.incremental", "_update_counters", False),
-    ("traces.ingest.incremental", "_insert_projections", False),
+    ("traces.ingest.incremental", "update_counters", False),
+    ("traces.ingest.incremental", "insert_projections", False),
     ("traces.ingest.bulk", "_allocate_ids", False),
     ("traces.ingest", "ingest_events", False),  # the result's assembly
 ]
@@ -89,22 +90,38 @@ class PhaseClock:
         return (cpu_ns(self.backend) or 0) / 1e9
 
     def wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` timed; for a context manager (`contextlib.contextmanager`), from its entry to its exit,
+        the phases of its block taken out."""
+        if hasattr(fn, "__wrapped__") and inspect.isgeneratorfunction(fn.__wrapped__):
+
+            @contextlib.contextmanager
+            def timed_block(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                with self._phase(label), fn(*args, **kwargs) as value:
+                    yield value
+
+            return functools.wraps(fn)(timed_block)
+
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0, p0 = time.perf_counter(), self.pg_seconds()
-            self._stack.append([0.0, 0.0])
-            try:
+            with self._phase(label):
                 return fn(*args, **kwargs)
-            finally:
-                wall, pg = time.perf_counter() - t0, self.pg_seconds() - p0
-                inner_wall, inner_pg = self._stack.pop()
-                self.wall[label] += wall - inner_wall
-                self.pg[label] += pg - inner_pg
-                if self._stack:
-                    self._stack[-1][0] += wall
-                    self._stack[-1][1] += pg
 
         return timed
+
+    @contextlib.contextmanager
+    def _phase(self, label: str) -> Iterator[None]:
+        t0, p0 = time.perf_counter(), self.pg_seconds()
+        self._stack.append([0.0, 0.0])
+        try:
+            yield
+        finally:
+            wall, pg = time.perf_counter() - t0, self.pg_seconds() - p0
+            inner_wall, inner_pg = self._stack.pop()
+            self.wall[label] += wall - inner_wall
+            self.pg[label] += pg - inner_pg
+            if self._stack:
+                self._stack[-1][0] += wall
+                self._stack[-1][1] += pg
 
     def clear(self) -> None:
         self.wall.clear()

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -112,9 +113,12 @@ def main() -> None:
     django.setup()
     from bench.ingest import conversation_run, small_run
     from runtime._trace import TraceEvent
-    from traces.ingest import check_event, validation
+    from traces.ingest import check_event, decoding, validation
 
-    modules: dict[str, Any] = {"now": validation}
+    # A body is decoded by `decoding` (stage 1) and checked by `validation` (stage 2); before they were
+    # split, `validation` held both (`load_at` of such a revision).
+    now = types.SimpleNamespace(parse_batch=decoding.parse_batch, check_events=validation.check_events)
+    modules: dict[str, Any] = {"now": now}
     if args.against:
         modules[args.against] = load_at(args.against)
 

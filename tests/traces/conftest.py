@@ -120,5 +120,5 @@ def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         answers.append(real(*args, **kwargs))
         return answers[-1]
 
-    monkeypatch.setattr(ingest.writing, "do_project_turns", observed)  # where `do_ingest` looks it up
+    monkeypatch.setattr(ingest.projecting, "do_project_turns", observed)  # where `project_runs` looks it up
     return answers

@@ -1,4 +1,4 @@
-"""The COPY text of projection rows: each model's generated line writer writes what `_copy_line` writes
+"""The COPY text of projection rows: each model's generated line writer writes what `copy_line` writes
 for any values, of the column's type or not."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django.db import connection, models
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.ingest.bulk import _columns, _copy_line, _dumps, _json_text, _line_writer
+from traces.ingest.copytext import copy_line, dumps, json_text, line_writer, model_columns
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Step, Turn
 
 MODELS = [Turn, Step, ContextDecision, PrimitiveEvent, Pin]
@@ -34,13 +34,13 @@ _cell = (
 
 
 def _rows(model: type[models.Model]) -> st.SearchStrategy[dict[str, Any]]:
-    attnames, _, json_cols = _columns(model)
+    attnames, _, json_cols = model_columns(model)
     return st.fixed_dictionaries({a: _json if j else _cell for a, j in zip(attnames, json_cols, strict=True)})
 
 
 def _expected(model: type[models.Model], row: dict[str, Any]) -> str:
-    attnames, _, json_cols = _columns(model)
-    return _copy_line([_json_text(row[a]) if j else row[a] for a, j in zip(attnames, json_cols, strict=True)])
+    attnames, _, json_cols = model_columns(model)
+    return copy_line([json_text(row[a]) if j else row[a] for a, j in zip(attnames, json_cols, strict=True)])
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -48,17 +48,17 @@ def test_a_line_is_what_copy_line_writes(model: type[models.Model]) -> None:
     @settings(max_examples=150, deadline=None)
     @given(row=_rows(model))
     def check(row: dict[str, Any]) -> None:
-        assert _line_writer(model)(row) == _expected(model, row)
+        assert line_writer(model)(row) == _expected(model, row)
 
     check()
 
 
 def test_typed_values_take_the_inline_path_and_agree() -> None:
-    row = {a: None for a in _columns(Step)[0]}
+    row = {a: None for a in model_columns(Step)[0]}
     row.update(agent="a\tb\\c", number=3, completed=True, started_at=datetime(2026, 1, 2, tzinfo=UTC))
     row.update(tool_calls=[{"x": "\n"}], model="gpt", turn_number=2, latency_ms=None)
-    assert _line_writer(Step)(row) == _expected(Step, row)
-    assert "a\\tb\\\\c" in _line_writer(Step)(row)
+    assert line_writer(Step)(row) == _expected(Step, row)
+    assert "a\\tb\\\\c" in line_writer(Step)(row)
 
 
 def _json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
@@ -79,18 +79,18 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 @settings(max_examples=300, deadline=None)
 @given(value=_any_json)
 def test_a_json_column_holds_the_value_the_encoder_writes(value: Any) -> None:
-    assert json.loads(_dumps(value)) == json.loads(_ENCODER.encode(value))
+    assert json.loads(dumps(value)) == json.loads(_ENCODER.encode(value))
 
 
 def test_a_float_not_finite_is_written_as_null() -> None:
     # Never in a stored event (validation refuses NaN and infinities); written as no JSON reader refuses.
-    assert _dumps([float("nan"), float("inf"), 1.5]) == "[null,null,1.5]"
+    assert dumps([float("nan"), float("inf"), 1.5]) == "[null,null,1.5]"
 
 
 def test_a_value_msgspec_refuses_is_written_by_the_encoder() -> None:
-    assert _dumps({True: 1, None: 2, 1.5: 3}) == _ENCODER.encode({True: 1, None: 2, 1.5: 3})
-    assert _dumps(["\ud800"]) == _ENCODER.encode(["\ud800"])
-    assert _dumps(2**80) == str(2**80)
+    assert dumps({True: 1, None: 2, 1.5: 3}) == _ENCODER.encode({True: 1, None: 2, 1.5: 3})
+    assert dumps(["\ud800"]) == _ENCODER.encode(["\ud800"])
+    assert dumps(2**80) == str(2**80)
 
 
 @pytest.mark.django_db
@@ -100,7 +100,7 @@ def test_a_value_msgspec_refuses_is_written_by_the_encoder() -> None:
 def test_postgresql_stores_the_same_jsonb_from_either_text(value: Any) -> None:
     """A float's exponent is spelled otherwise by msgspec (`1e16`, `1e+16`): jsonb keeps the value."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT %s::jsonb = %s::jsonb", [_dumps(value), _ENCODER.encode(value)])
+        cursor.execute("SELECT %s::jsonb = %s::jsonb", [dumps(value), _ENCODER.encode(value)])
         assert cursor.fetchone() == (True,)
 
 
@@ -108,7 +108,7 @@ def test_a_cycle_is_refused_as_the_encoder_refuses_it() -> None:
     cycle: list[Any] = []
     cycle.append(cycle)
     with pytest.raises(ValueError, match="Circular reference"):
-        _dumps(cycle)
+        dumps(cycle)
     with pytest.raises(TypeError):
-        _dumps({"a": object()})
-    assert _dumps(["x", 1]) == '["x",1]'  # the encoder is usable after both
+        dumps({"a": object()})
+    assert dumps(["x", 1]) == '["x",1]'  # the encoder is usable after both

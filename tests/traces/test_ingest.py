@@ -212,14 +212,14 @@ def test_it_stores_the_exact_text_it_was_given(project: Project) -> None:
 def test_it_formats_raw_event_copy_rows_like_the_generic_formatter() -> None:
     from datetime import UTC, datetime
 
-    from traces.ingest import _copy_line, _event_copy_text
+    from traces.ingest.copytext import copy_line, event_copy_text
 
     now = datetime.now(UTC)
     rows = [
         (1, "r\tx", "s", None, "turn", "", now, '{"a":"b\\n\\\\"}', now, None),
         (2, "r", "s2", "p\r", "x", "ag\n", now, "plain", now, 3),
     ]
-    assert _event_copy_text(rows) == "".join(_copy_line(r) for r in rows)
+    assert event_copy_text(rows) == "".join(copy_line(r) for r in rows)
 
 
 def test_it_deletes_a_projects_events_and_projections_with_the_project(project: Project) -> None:

@@ -14,7 +14,7 @@ from django.db import connection
 
 from tests.traces.helpers import our_run, projection_snapshot
 from tests.traces.views_helpers import envelope
-from traces.ingest import do_rebuild_projections, writing
+from traces.ingest import do_rebuild_projections, pipeline, projecting
 from traces.ingest.bulk import SMALL_BATCH_ROWS
 from traces.models import Event, Project, Run
 
@@ -30,17 +30,17 @@ def test_the_collector_is_paused_for_the_batch_and_left_as_found(
     project: Project, monkeypatch: pytest.MonkeyPatch, enabled: bool
 ) -> None:
     seen: list[bool] = []
-    check = writing.check_events
+    check = pipeline.check_events
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         seen.append(gc.isenabled())
         return check(*args, **kwargs)
 
-    monkeypatch.setattr(writing, "check_events", recording)
+    monkeypatch.setattr(pipeline, "check_events", recording)
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
-        result = writing.ingest_events(project, _events("r1"), source="api")
+        result = pipeline.ingest_events(project, _events("r1"), source="api")
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
@@ -50,7 +50,7 @@ def test_the_collector_is_paused_for_the_batch_and_left_as_found(
 
 def test_the_collector_comes_back_after_an_error() -> None:
     assert gc.isenabled()
-    with pytest.raises(RuntimeError), writing.collector_paused():
+    with pytest.raises(RuntimeError), pipeline.collector_paused():
         assert not gc.isenabled()
         raise RuntimeError("boom")
     assert gc.isenabled()
@@ -58,11 +58,11 @@ def test_the_collector_comes_back_after_an_error() -> None:
 
 def test_runs_are_created_with_their_defaults_and_stored_ones_kept(project: Project) -> None:
     b_events = _events("b-run", 4)
-    writing.ingest_events(project, b_events[:3], source="api")
+    pipeline.ingest_events(project, b_events[:3], source="api")
     stored = Run.objects.get(project=project, run_id="b-run")
     # One batch: a new run, the stored one again, and another new run (locked in run_id order).
     batch = _events("c-run") + b_events + _events("a-run")
-    result = writing.ingest_events(project, batch, source="api")
+    result = pipeline.ingest_events(project, batch, source="api")
     assert result.runs == ["a-run", "b-run", "c-run"]
     assert (result.accepted, result.duplicates) == (7, 3)
     runs = {r.run_id: r for r in Run.objects.filter(project=project)}
@@ -83,7 +83,7 @@ def test_a_new_runs_projection_is_made_while_its_raw_events_are_written(
     events = our_run("new-run", turns=4, steps=3)  # more events than a live batch: COPY
     assert len(events) > SMALL_BATCH_ROWS // 4
     states: list[Any] = []
-    project_run = writing.project_run
+    project_run = projecting.project_run
 
     def recording(evs: Any) -> Any:
         if connection.vendor == "postgresql":
@@ -92,8 +92,8 @@ def test_a_new_runs_projection_is_made_while_its_raw_events_are_written(
             states.append(Event.objects.filter(project=project, run_id="new-run").count())
         return project_run(evs)
 
-    monkeypatch.setattr(writing, "project_run", recording)
-    result = writing.ingest_events(project, events, source="api")
+    monkeypatch.setattr(projecting, "project_run", recording)
+    result = pipeline.ingest_events(project, events, source="api")
     assert result.accepted == len(events)
     if connection.vendor == "postgresql":
         assert states == [psycopg.pq.TransactionStatus.ACTIVE]  # inside the COPY
@@ -113,14 +113,14 @@ def test_an_error_while_the_raw_events_are_written_stores_nothing_of_the_batch(
     def failing(evs: Any) -> Any:
         raise RuntimeError("a bug of ours")
 
-    monkeypatch.setattr(writing, "project_run", failing)
-    result = writing.ingest_events(project, events, source="api")
+    monkeypatch.setattr(projecting, "project_run", failing)
+    result = pipeline.ingest_events(project, events, source="api")
     assert result.rejected == len(events) and result.accepted == 0
     assert not Event.objects.filter(project=project).exists()
     assert not Run.objects.filter(project=project).exists()
     monkeypatch.undo()
     # The connection is usable and the same batch goes in whole.
-    assert writing.ingest_events(project, events, source="api").accepted == len(events)
+    assert pipeline.ingest_events(project, events, source="api").accepted == len(events)
 
 
 def test_a_new_runs_batch_is_three_statements_besides_its_copy(project: Project) -> None:
@@ -131,7 +131,7 @@ def test_a_new_runs_batch_is_three_statements_besides_its_copy(project: Project)
 
     events = our_run("new-run", turns=4, steps=3)
     with CaptureQueriesContext(connection) as ctx:
-        result = writing.ingest_events(project, events, source="api")
+        result = pipeline.ingest_events(project, events, source="api")
     assert result.accepted == len(events)
     sql = [q["sql"] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]]
     if connection.vendor == "postgresql":
@@ -167,7 +167,7 @@ def test_a_large_batchs_turn_rows_go_with_their_ids_not_in_a_copy(
     events = our_run("big-a", turns=20, steps=3) + our_run("big-b", turns=15, steps=2)
     assert len(events) > SMALL_BATCH_ROWS
     with CaptureQueriesContext(connection) as ctx:
-        result = writing.ingest_events(project, events, source="api")
+        result = pipeline.ingest_events(project, events, source="api")
     assert result.accepted == len(events)
     if connection.vendor == "postgresql":
         ids_sql = [q["sql"] for q in ctx.captured_queries if "nextval" in q["sql"]]
@@ -188,7 +188,7 @@ def test_a_large_batchs_turn_rows_keep_hostile_agent_names_exactly(project: Proj
     names = {'a"b\\c \u2028é😀<script>&amp;', 'x\\"y'}
     events = our_run("hostile", agents=tuple(sorted(names)), turns=30, steps=2)
     assert len(events) > SMALL_BATCH_ROWS
-    result = writing.ingest_events(project, events, source="api")
+    result = pipeline.ingest_events(project, events, source="api")
     assert result.accepted == len(events)
     assert set(Turn.objects.filter(run__project=project).values_list("agent", flat=True)) == names
     ingested = projection_snapshot(project)

@@ -217,17 +217,17 @@ def test_a_continued_run_reads_back_none_of_the_batchs_own_events(
     """The stored events a batch's touched turns need are read before the batch's own are written:
     read after, the batch's events came back too (by turn and again by parent, raw text included),
     only to be skipped."""
-    from traces.ingest import incremental
+    from traces.ingest import reads
 
     read: list[str] = []
-    real = incremental._touched_rows
+    real = reads.touched_rows
 
     def recording(*args: Any) -> Any:
         rows = real(*args)
         read.extend(row[0] for row in rows)
         return rows
 
-    monkeypatch.setattr(incremental, "_touched_rows", recording)
+    monkeypatch.setattr(reads, "touched_rows", recording)
     events = our_run("continued", turns=4)
     first, second = events[: int(len(events) * cut)], events[int(len(events) * cut) :]
     assert ingest_events(project, first, source="api").accepted == len(first)
@@ -248,16 +248,16 @@ def test_a_batch_continuing_one_run_and_starting_another_writes_their_rows_toget
     """A batch cut across runs (a run continued, the next one begun, as bench/ingest.py's mix (a)
     posts them): the continued run's new rows and counters go with the new run's writes, and every
     run ends with the rows of a one-batch ingest."""
-    from traces.ingest import writing
+    from traces.ingest import projecting
 
     continued: list[int] = []
-    real = writing.do_write_projections
+    real = projecting.do_write_projections
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         continued.append(len(kwargs.get("continued", ())))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(writing, "do_write_projections", recording)
+    monkeypatch.setattr(projecting, "do_write_projections", recording)
     events = [e for i in range(3) for e in our_run(f"cut-{i}", agents=("planner", "critic"), turns=3)]
     one = Project.objects.create(team=project.team, slug="one-batch")
     expected = _ingest_in(one, [events])

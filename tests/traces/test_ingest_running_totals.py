@@ -18,8 +18,8 @@ from runtime import TraceEvent
 from runtime.facts import status_from_last
 from tests.traces.helpers import our_run, projection_snapshot
 from traces.ingest import do_rebuild_projections, ingest_events
-from traces.ingest.incremental import _run_summary, _Tally
-from traces.ingest.projection import _sort_key
+from traces.ingest.counters import Tally, _run_summary
+from traces.ingest.events import sort_key
 from traces.models import Event, Project, Run, Step
 
 EVENTS = our_run("tally-1", agents=("planner", "critic"), turns=3, steps=2)
@@ -27,7 +27,7 @@ EVENTS = our_run("tally-1", agents=("planner", "critic"), turns=3, steps=2)
 
 def assert_tally_is_a_recount(run: Run) -> None:
     """The run's stored tally (when valid) against its events and step rows, counted afresh."""
-    tally = _Tally.load(run)
+    tally = Tally.load(run)
     if tally is None:
         return
     events = [
@@ -36,14 +36,14 @@ def assert_tally_is_a_recount(run: Run) -> None:
             "raw", flat=True
         )
     ]
-    last = max(events, key=_sort_key)
+    last = max(events, key=sort_key)
     turns = [ev for ev in events if ev.event_type == "turn"]
-    last_turn = max(turns, key=_sort_key) if turns else None
+    last_turn = max(turns, key=sort_key) if turns else None
     models = Counter(m for m in Step.objects.filter(run=run).values_list("model", flat=True) if m)
     assert tally.models == models
-    assert tally.last[:2] == _sort_key(last)
+    assert tally.last[:2] == sort_key(last)
     stored_turn = tally.last_turn[:2] if tally.last_turn is not None else None
-    assert stored_turn == (_sort_key(last_turn) if last_turn is not None else None)
+    assert stored_turn == (sort_key(last_turn) if last_turn is not None else None)
     assert tally.status() == status_from_last(last, last_turn) == run.status
 
 
@@ -92,12 +92,12 @@ def test_a_stream_in_order_keeps_its_totals_by_addition(project: Project, turn_b
     stream(project, EVENTS, [4])
     assert turn_by_turn and all(turn_by_turn)
     run = Run.objects.get(project=project)
-    assert _Tally.load(run) is not None
+    assert Tally.load(run) is not None
     before = projection_snapshot(project)
     do_rebuild_projections(project=project)
     assert projection_snapshot(project) == before
     # A whole-run projection moves `updated_at` on: the stored tally no longer counts (recomputed later).
-    assert _Tally.load(Run.objects.get(project=project)) is None
+    assert Tally.load(Run.objects.get(project=project)) is None
 
 
 @pytest.mark.django_db
@@ -108,20 +108,20 @@ def test_a_whole_run_projection_leaves_the_tally_a_recount_gives(project: Projec
     half = len(EVENTS) // 2
     stream(project, EVENTS[:half], [5])
     run = Run.objects.get(project=project)
-    before = _Tally.load(run)
+    before = Tally.load(run)
     assert before is not None
     Run.objects.filter(pk=run.pk).update(incremental=False)  # the next batch goes whole-run
     ingest_events(project, EVENTS[half : half + 3], source="api")
     run = Run.objects.get(project=project)
-    after = _Tally.load(run)
+    after = Tally.load(run)
     assert after is not None and after != before and run.incremental
     stored = [
         TraceEvent.from_dict(json.loads(raw))
         for raw in Event.objects.filter(run_id=run.run_id).values_list("raw", flat=True)
     ]
-    first = min(stored, key=_sort_key)
-    first_turn = min((ev for ev in stored if ev.event_type == "turn"), key=_sort_key)
-    assert after == _Tally.of(_run_summary(project, run, first, first_turn))
+    first = min(stored, key=sort_key)
+    first_turn = min((ev for ev in stored if ev.event_type == "turn"), key=sort_key)
+    assert after == Tally.of(_run_summary(project, run, first, first_turn))
     stream(project, EVENTS[half + 3 :], [5])
     whole = Project.objects.create(team=project.team, slug="whole")
     ingest_events(whole, EVENTS, source="api")

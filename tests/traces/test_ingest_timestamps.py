@@ -2,7 +2,7 @@
 the same instant, by a live batch's INSERT and by a large batch's COPY alike: PostgreSQL refuses offsets
 past ±15:59, so the ingest writes every time in UTC (`runtime._trace.parse_timestamp`). The raw event
 keeps the text as sent. A time already written in plain UTC goes to PostgreSQL as its own text
-(`traces.ingest.writing._utc_text`), which PostgreSQL reads as the instant Python read."""
+(`traces.ingest.storing.utc_text`), which PostgreSQL reads as the instant Python read."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from runtime._trace import parse_timestamp
 from tests.traces.bad_input_cases import good
+from traces.ingest.storing import utc_text
 from traces.ingest.validation import MAX_TIMESTAMP, MIN_TIMESTAMP
-from traces.ingest.writing import _utc_text
 from traces.models import Event, Project, Run, Step
 
 pytestmark = pytest.mark.django_db
@@ -77,12 +77,12 @@ def test_any_offset_is_stored_as_the_same_instant(
     | st.builds(_written_at, instants, offsets)
 )
 def test_a_time_sent_as_its_text_is_the_instant_python_read(text: str) -> None:
-    """What `_utc_text` lets through as text, PostgreSQL reads as `parse_timestamp` does."""
+    """What `utc_text` lets through as text, PostgreSQL reads as `parse_timestamp` does."""
     try:
         instant = parse_timestamp(text)
     except ValueError:
         return  # not a date Python reads (a 31 February): validation refuses the event
-    if not _utc_text(text) or not MIN_TIMESTAMP <= instant <= MAX_TIMESTAMP:
+    if not utc_text(text) or not MIN_TIMESTAMP <= instant <= MAX_TIMESTAMP:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::timestamptz", [text])

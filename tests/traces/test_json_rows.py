@@ -1,4 +1,4 @@
-"""A statement's rows travel as one JSON text (`_json_rows`), written by msgspec unless it would write a
+"""A statement's rows travel as one JSON text (`bulk.json_rows`), written by msgspec unless it would write a
 value otherwise than `json`. Whatever the rows, PostgreSQL reads the same values from the text either
 encoder writes (or refuses both)."""
 
@@ -13,7 +13,8 @@ from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.ingest.bulk import _json_rows, _json_rows_text, _msgspec_text
+from traces.ingest.bulk import _json_rows_text, json_rows
+from traces.ingest.copytext import msgspec_text
 from traces.models import Event, Run
 
 pytestmark = [
@@ -88,7 +89,7 @@ def test_postgresql_reads_the_same_records_from_either_encoder(
     table: tuple[type[Any], list[dict[str, Any]]],
 ) -> None:
     model, rows = table
-    assert _read(model, _json_rows(rows, model)) == _read(model, _json_rows_text(rows))
+    assert _read(model, json_rows(rows, model)) == _read(model, _json_rows_text(rows))
 
 
 def test_the_usual_rows_are_written_by_msgspec() -> None:
@@ -96,8 +97,8 @@ def test_the_usual_rows_are_written_by_msgspec() -> None:
     at = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
     row = {"project_id": 1, "run_id": "r", "step_id": "s", "parent_step_id": None, "event_type": "turn",
            "agent": "", "timestamp": at, "raw": "{}", "received_at": at, "turn": 1}  # fmt: skip
-    text = _json_rows([row], Event)
-    assert text == _msgspec_text([row]).decode()
+    text = json_rows([row], Event)
+    assert text == msgspec_text([row]).decode()
     assert '"timestamp":"2026-12-01T09:30:00Z"' in text
     assert _read(Event, text) == _read(Event, _json_rows_text([row]))
 
@@ -111,7 +112,7 @@ def test_the_usual_rows_are_written_by_msgspec() -> None:
 )
 def test_an_instant_msgspec_would_move_is_written_by_json(value: datetime) -> None:
     rows = [{"id": 1, "started_at": value}]
-    text = _json_rows(rows, Run)
+    text = json_rows(rows, Run)
     assert text == _json_rows_text(rows)
     assert json.loads(text)[0]["started_at"] == value.isoformat()
 
@@ -119,9 +120,9 @@ def test_an_instant_msgspec_would_move_is_written_by_json(value: datetime) -> No
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_a_float_that_is_not_finite_is_written_by_json(value: float) -> None:
     rows = [{"id": 1, "peak_utilization": value}]
-    assert _json_rows(rows, Run) == _json_rows_text(rows)  # msgspec would write null
+    assert json_rows(rows, Run) == _json_rows_text(rows)  # msgspec would write null
 
 
 def test_a_string_msgspec_refuses_is_written_by_json() -> None:
     rows = [{"id": 1, "failure": "lone \ud800 surrogate"}]
-    assert _json_rows(rows, Run) == _json_rows_text(rows)
+    assert json_rows(rows, Run) == _json_rows_text(rows)

@@ -10,7 +10,7 @@ from django.test import Client
 from tests.traces.bad_input_cases import OURS, good
 from tests.traces.test_bad_input import assert_everything_answers
 from traces.ingest import ingest_events
-from traces.ingest.writing import STORE_FAILED
+from traces.ingest.pipeline import STORE_FAILED
 from traces.models import ContextDecision, Event, Pin, Project, Run, Step
 
 BIG = 2**40

@@ -16,6 +16,7 @@ from bench.ingest import conversation_run
 from runtime import TraceEvent
 from runtime.errors import TraceFormatError
 from traces.ingest import check_event
+from traces.ingest import decoding as d
 from traces.ingest import validation as v
 
 # Scalars with every kind of problem the walk looks for: NUL, lone surrogates (alone and in pairs),
@@ -149,7 +150,7 @@ def test_rows_at_the_depth_limit() -> None:
         for _ in range(levels - 2):  # `data` is a list at level `levels - 1` once wrapped
             data = {"a": data}
         assert v._scan(data, 1) == _general(data), levels
-        assert (v._scan(data, 1) is None) == (levels <= v.MAX_DEPTH), levels
+        assert (v._scan(data, 1) is None) == (levels <= d.MAX_DEPTH), levels
 
 
 # --------------------------------------------------------------------------------------------------
@@ -226,7 +227,7 @@ def bodies(draw: st.DrawFn) -> bytes:
 
 def _answers(body: bytes | str, *, walk: bool) -> Any:
     try:
-        payload, raws = v.parse_batch(body)
+        payload, raws = d.parse_batch(body)
     except ValueError as exc:
         return "not JSON", str(exc)
     events = payload.get("events") if isinstance(payload, dict) else None
@@ -234,8 +235,8 @@ def _answers(body: bytes | str, *, walk: bool) -> Any:
         return "not a batch", repr(payload)
     if walk:
         # The body decoded element by element, as plain values, and walked: the reference.
-        with mock.patch.object(v, "_fast_batch", return_value=None):
-            payload, raws = v.parse_batch(body)
+        with mock.patch.object(d, "_fast_batch", return_value=None):
+            payload, raws = d.parse_batch(body)
         events = payload["events"]
         raws = None if raws is None else list(raws)  # not parse_batch's own list: the walk runs
     ok, bad = v.check_events(events, raw_texts=raws)
@@ -264,7 +265,7 @@ def test_the_proof_is_only_for_bytes(body: bytes) -> None:
         if other is None:
             continue
         try:
-            _, raws = v.parse_batch(other)
+            _, raws = d.parse_batch(other)
         except ValueError:
             continue
         assert raws is None or raws.__class__ is list
@@ -280,9 +281,9 @@ def test_every_hostile_fragment_is_a_doubt() -> None:
         body = text.replace(json.dumps(PLACEHOLDER), raw).encode()
         walked = _answers(body, walk=True)
         assert repr(_answers(body, walk=False)) == repr(walked), raw
-        _, raws = v.parse_batch(body)
+        _, raws = d.parse_batch(body)
         if walked[1]:  # the walk refused it: the body must not have been proved
-            assert raws.__class__ is not v.BodyTexts, raw
+            assert raws.__class__ is not d.BodyTexts, raw
 
 
 def test_the_usual_bodies_are_proved() -> None:
@@ -294,14 +295,14 @@ def test_the_usual_bodies_are_proved() -> None:
     for events in (small_run(rng, 40), conv):
         for style in ({}, {"ensure_ascii": False, "separators": (",", ":")}):
             body = json.dumps({"events": events}, **style).encode()
-            payload, raws = v.parse_batch(body)
-            assert raws.__class__ is v.BodyTexts
+            payload, raws = d.parse_batch(body)
+            assert raws.__class__ is d.BodyTexts
             assert raws.plain_events is payload["events"]
             ok, bad = v.check_events(payload["events"], raw_texts=raws)
             assert not bad and len(ok) == len(events)
     # Escaped text, strings with brackets, a nesting right at the limit: still proved.
     md: Any = {"text": 'line\n"quoted" [x] {y} \\ é', "args": '{"a": [1, {"b": "}"}]}'}
-    for _ in range(v.MAX_DEPTH - 2):
+    for _ in range(d.MAX_DEPTH - 2):
         md = {"a": md}
     ev = {
         "run_id": "r",
@@ -310,16 +311,16 @@ def test_the_usual_bodies_are_proved() -> None:
         "timestamp": "2026-11-30T00:00:00Z",
         "metadata": md,
     }
-    _, raws = v.parse_batch(json.dumps({"events": [ev]}).encode())
-    assert raws.__class__ is v.BodyTexts
+    _, raws = d.parse_batch(json.dumps({"events": [ev]}).encode())
+    assert raws.__class__ is d.BodyTexts
     md = {"a": md}  # one level more
     ev["metadata"] = md
     body = json.dumps({"events": [ev]}).encode()
-    _, raws = v.parse_batch(body)
-    assert raws.__class__ is not v.BodyTexts
+    _, raws = d.parse_batch(body)
+    assert raws.__class__ is not d.BodyTexts
     assert (
         _answers(body, walk=False)[1][0][1]
-        == f"'metadata{'.a' * (v.MAX_DEPTH - 1)}' is nested more than {v.MAX_DEPTH} levels deep"
+        == f"'metadata{'.a' * (d.MAX_DEPTH - 1)}' is nested more than {d.MAX_DEPTH} levels deep"
     )
 
 
@@ -330,10 +331,10 @@ def test_the_usual_bodies_are_proved() -> None:
 
 def _parsed(body: bytes, *, fast: bool) -> Any:
     """`parse_batch(body)` with msgspec (`fast`, as the ingest runs) or by the element-by-element scan."""
-    scan = contextlib.nullcontext() if fast else mock.patch.object(v, "_fast_batch", return_value=None)
+    scan = contextlib.nullcontext() if fast else mock.patch.object(d, "_fast_batch", return_value=None)
     with scan:
         try:
-            return v.parse_batch(body)
+            return d.parse_batch(body)
         except ValueError as exc:
             return "not JSON", str(exc)
 
@@ -345,7 +346,7 @@ def _shown(parsed: Any, typed: list[bool]) -> Any:
     payload, raws = parsed
     if payload == "not JSON":
         return parsed
-    plain = isinstance(raws, v.BodyTexts) and raws.plain_events is payload.get("events")
+    plain = isinstance(raws, d.BodyTexts) and raws.plain_events is payload.get("events")
     if typed:
         shown = [_event_shown(e) if t else e for e, t in zip(payload["events"], typed, strict=True)]
         payload = {**payload, "events": shown}
@@ -389,7 +390,7 @@ def test_msgspec_declines_what_json_reads_otherwise() -> None:
     )
     for raw in ["NaN", "-Infinity", "1e400", '"\\ud800"', "[" * 600 + "]" * 600]:
         body = ('{"events": [' + base % raw + "]}").encode()
-        assert v._fast_batch(body) is None, raw
+        assert d._fast_batch(body) is None, raw
     for body in [
         b'{"events": [], "more": 1}',
         b'{"other": []}',
@@ -397,7 +398,7 @@ def test_msgspec_declines_what_json_reads_otherwise() -> None:
         b"[]",
         b'{"events": [1,]}',
     ]:
-        assert v._fast_batch(body) is None, body
+        assert d._fast_batch(body) is None, body
         fast, scan = _fast_and_scan(body)
         assert fast == scan
 
@@ -410,7 +411,7 @@ def test_msgspec_reads_repeated_keys_and_odd_spellings_as_json_does() -> None:
     )
     for body in ['{"events": [' + event + "]}", '{ "events" :[ ' + event + " , " + event + " ] }\n"]:
         data = body.encode()
-        assert v._fast_batch(data) is not None
+        assert d._fast_batch(data) is not None
         fast, scan = _fast_and_scan(data)
         assert fast == scan
 
@@ -425,7 +426,7 @@ def test_msgspec_takes_the_usual_bodies() -> None:
     for events in (small_run(rng, 40), conv):
         for style in ({}, {"ensure_ascii": False, "separators": (",", ":")}, {"indent": 2}):
             body = json.dumps({"events": events}, **style).encode()
-            fast = v._fast_batch(body)
+            fast = d._fast_batch(body)
             assert fast is not None
             payload, texts = fast
             # Every event of the usual shape comes out parsed (`_event_of`), as `from_dict` reads it.

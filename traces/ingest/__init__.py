@@ -2,38 +2,47 @@
 
 Every source — `POST /api/v1/ingest`, the `process_upload` task, `manage.py import_traces`, and the
 worker's in-process sink — calls `ingest_events` (or `ingest_jsonl` for files, which calls it per chunk).
+Everything other code uses is re-exported here: import from `traces.ingest`.
+
+An event's path, top to bottom (`pipeline.ingest_events` and `pipeline.do_ingest` call the stages in
+this order, and no stage calls another):
+
+1. decode — `decoding` (a request body: `read_body`, `parse_batch`) or `jsonl` (a file: `iter_jsonl`),
+   by the source before it calls `ingest_events`; the worker's sink hands decoded values over. An
+   item that cannot be decoded is kept in its place, to be rejected with its position.
+2. validate — `validation` (`check_events`): each item on its own, the Arcana envelope through
+   `TraceEvent.from_dict` (the product's one parser; `TraceEvent.from_typed` when msgspec decoded a
+   body and checked the envelope's types itself) and the rules of what can be stored. Unknown event
+   types and metadata keys are legal and kept raw. A bad item is `rejected` with its index and
+   reason; the others are still written.
+3. store raw — `storing` (`prepare_raw`, `raw_written`), in the batch's one transaction: the runs the
+   batch touches are created if missing and locked, in run_id order so two writers never deadlock;
+   an event is keyed by `(project, run_id, step_id)`, and one already stored (or repeated earlier in
+   the batch) is a `duplicate` and changes nothing; the new ones are written with one bulk insert
+   (COPY on PostgreSQL).
+4. project — `projecting` (`project_new_runs`, `project_runs`), same transaction: every run that
+   gained events gets its projection rows and counters, recomputed from ALL its raw events in a
+   canonical order (timestamp, then step_id) so they converge whatever the order and batching of
+   arrival; a new run is projected from memory while PostgreSQL stores its raw events, a continued
+   run of ours turn by turn (`incremental`, `counters`). Pure rows: `projection`.
+5. count — `answer`: each item's fate (`accepted`, `duplicate`, `rejected`), counted.
+6. answer — `answer`: the `IngestResult`, results in input order (`to_dict` is the API's body).
+
+Helpers below the stages (none calls a stage): `events` (an event's own turn and order), `reads`
+(queries of stored raw events), `bulk` (COPY and one-statement writes), `copytext` (COPY's text).
+Beside the path: `rebuild` (`do_rebuild_projections`: stages 2 and 4 again over stored events, with
+the same result), `deletion` (`do_delete_*`), `uploads` and `ratelimit` (the API's).
 
 Verbs, as in zulip (STYLE.md item 6): `check_*` validate untrusted input and raise `TraceFormatError`
-with a reason; `do_*` write and assume valid input.
-
-Modules: `validation` (`check_*`, request bodies), `writing` (`ingest_events`, `do_*`), `projection`
-(pure: a run's rows from its events), `incremental` (turn-by-turn projection), `bulk` (COPY),
-`jsonl` (files). Everything other code uses is re-exported here: import from `traces.ingest`.
-
-Contract of `ingest_events(project, events, source=...)`:
-
-1. Each item is checked on its own (`check_event`): the Arcana envelope through `TraceEvent.from_dict`
-   (the product's one parser; for a request body msgspec decodes, `TraceEvent.from_typed` when the
-   decoder checked the envelope's types itself). Unknown event types and metadata keys are legal and kept raw. A bad item
-   is `rejected` with its index and reason; the other items are still written.
-2. Raw first and idempotent: an event is keyed by `(project, run_id, step_id)`. One already stored (or
-   repeated earlier in the same batch) is a `duplicate` and changes nothing. On PostgreSQL the unique
-   index decides: a live batch's insert skips stored rows (`ON CONFLICT DO NOTHING`), a larger batch
-   to a run with events is written after a savepoint and, when the index refuses a row, rolled back
-   to it and written again without the stored ones; elsewhere the stored ones are asked for first.
-3. One transaction per batch. The runs the batch touches are created if missing and locked, in run_id
-   order so two writers never deadlock (PostgreSQL: one `INSERT … ON CONFLICT DO UPDATE … RETURNING`;
-   elsewhere `ON CONFLICT DO NOTHING` then `SELECT … FOR UPDATE`); then new raw events are written with
-   one bulk insert (COPY on PostgreSQL).
-4. Projections of every run that gained events are recomputed from ALL its raw events, in a canonical
-   order (timestamp, then step_id), and replace the old ones. The projection is a pure function of the
-   set of raw events, so it converges whatever the order and batching of arrival, and
-   `do_rebuild_projections` gives identical rows. A run first seen in this batch skips the reads (its
-   events are all in memory) and the deletes, and is projected while its raw events are written.
+with a reason; `do_*` write and assume valid input. Should a batch fail for a reason of ours (not the
+database being out), it is stored event by event, so only the event(s) to blame are lost.
 """
 
-from traces.ingest.bulk import _copy_line, _event_copy_text, fast_insert
+from traces.ingest.answer import IngestResult
+from traces.ingest.bulk import fast_insert
+from traces.ingest.decoding import BodyTooLarge, parse_batch, read_body
 from traces.ingest.deletion import do_delete_run, do_delete_runs_of_project
+from traces.ingest.events import local_turn
 from traces.ingest.incremental import do_project_turns
 from traces.ingest.jsonl import (
     MAX_LINE_ERRORS,
@@ -46,30 +55,17 @@ from traces.ingest.jsonl import (
     max_line_bytes,
     open_jsonl,
 )
-from traces.ingest.projection import (
-    local_turn,
-    message_decision,
-    message_decisions,
-    project_run,
-)
+from traces.ingest.pipeline import collector_paused, do_ingest, ingest_events
+from traces.ingest.projecting import do_write_projections
+from traces.ingest.projection import message_decision, message_decisions, project_run
+from traces.ingest.rebuild import do_rebuild_projections
 from traces.ingest.validation import (
-    BodyTooLarge,
     CheckedEvent,
     EventResult,
-    IngestResult,
     Source,
     Status,
     check_event,
     check_events,
-    parse_batch,
-    read_body,
-)
-from traces.ingest.writing import (
-    collector_paused,
-    do_ingest,
-    do_rebuild_projections,
-    do_write_projections,
-    ingest_events,
 )
 
 __all__ = [
@@ -82,8 +78,6 @@ __all__ = [
     "LineError",
     "Source",
     "Status",
-    "_copy_line",
-    "_event_copy_text",
     "check_event",
     "check_events",
     "collector_paused",

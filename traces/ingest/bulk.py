@@ -1,20 +1,22 @@
-"""Bulk writes: PostgreSQL COPY of raw events and projection rows (`bulk_create` elsewhere)."""
+"""Bulk writes: PostgreSQL COPY (and one-statement inserts) of raw events and projection rows,
+`bulk_create` elsewhere. A helper of the store-raw and project stages, no stage of its own; the COPY
+text itself is `copytext`'s."""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from django.db import connection, models
 
 from traces.core import prepared
+from traces.ingest.copytext import copy_statement, event_copy_text, model_columns, msgspec_text
 from traces.models import (
     ContextDecision,
     Event,
@@ -26,10 +28,7 @@ from traces.models import (
 )
 
 if TYPE_CHECKING:
-    from traces.ingest.projection import _Projection
-
-_T = TypeVar("_T")
-
+    from traces.ingest.projection import Projection
 
 _RUN_FIELDS = (
     "source agents model status started_at ended_at turns steps events prompt_tokens completion_tokens "
@@ -39,14 +38,14 @@ _RUN_FIELDS = (
 ).split()
 
 
-def _insert_projections(
-    items: list[tuple[Run, _Projection]],
+def insert_projections(
+    items: list[tuple[Run, Projection]],
     *,
     update: list[Run] | None = None,
     ids: list[list[int]] | None = None,
 ) -> None:
     """Insert the turn, step, decision, primitive and pin rows of each (run, projection), after writing
-    the counters of the runs in `update` (`_update_runs`; on PostgreSQL in the same round trip as the
+    the counters of the runs in `update` (`update_runs`; on PostgreSQL in the same round trip as the
     new rows' ids when there are any). `ids`: the turn and step rows' ids, taken already (PostgreSQL,
     `id_arrays`); the counters then go with a small batch's rows."""
     turns: list[dict[str, Any]] = []
@@ -68,13 +67,13 @@ def _insert_projections(
         if small and n_rows:
             carried = update or []
         else:
-            _update_runs(update or [])
+            update_runs(update or [])
     else:
         if not n_rows or not postgres or not (turns or n_steps):
-            _update_runs(update or [])
+            update_runs(update or [])
         if n_rows:
             # PostgreSQL: the ids of both tables from their sequences in one round trip, before the
-            # writes (with the runs' counters, `_update_runs`, and a large batch's turn rows).
+            # writes (with the runs' counters, `update_runs`, and a large batch's turn rows).
             turns_written = postgres and not small and bool(turns)
             ids = (
                 _allocate_ids(
@@ -85,8 +84,22 @@ def _insert_projections(
                 if postgres and (turns or n_steps)
                 else [[], []]
             )
-    if not n_rows or ids is None:
-        return
+    if n_rows and ids is not None:
+        _insert_rows(items, turns, ids, small=small, turns_written=turns_written, carried=carried)
+
+
+def _insert_rows(
+    items: list[tuple[Run, Projection]],
+    turns: list[dict[str, Any]],
+    ids: list[list[int]],
+    *,
+    small: bool,
+    turns_written: bool,
+    carried: list[Run],
+) -> None:
+    """`insert_projections`' rows, their ids known (PostgreSQL) or taken as they are written: each
+    step linked to its turn's id and each decision and primitive to its step's, then written."""
+    postgres = connection.vendor == "postgresql"
     with _CopyChain() as chain:
 
         def with_ids(
@@ -160,7 +173,7 @@ def _insert_small(
     carry no foreign-key constraint, so a step and its turn may go together). `ids`, when given, are the
     rows' primary keys (from `_allocate_ids`). One JSON text per table costs less CPU than a
     parameter per value (psycopg quotes each one in Python) and than a COPY's two round trips. The
-    counters of the runs in `update` are written by the same statement (`_update_runs`)."""
+    counters of the runs in `update` are written by the same statement (`update_runs`)."""
     parts: list[str] = []
     params: list[Any] = []
     if update:
@@ -194,7 +207,7 @@ def _rows_insert(
     element of the SQL array `id_array` for the i-th row (ids taken in the same statement), or the
     table's default."""
     _fit_ints(model, rows)
-    attnames, columns, _ = _columns(model)
+    attnames, columns, _ = model_columns(model)
     if ids is not None:
         for row, pk in zip(rows, ids, strict=True):
             row["id"] = pk
@@ -212,7 +225,7 @@ def _rows_insert(
             f"INSERT INTO {table} ({qn(model._meta.pk.column)}, {cols}) SELECT ({id_array})[j.ordinality], "
             f"{values} FROM json_populate_recordset(NULL::{table}, %s) WITH ORDINALITY AS j"
         )
-    return sql, _json_rows(rows, model)
+    return sql, json_rows(rows, model)
 
 
 def _json_default(value: Any) -> str:
@@ -224,16 +237,7 @@ def _json_default(value: Any) -> str:
 _json_rows_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_json_default).encode
 
 
-def _enum_value(value: Any) -> Any:
-    if isinstance(value, enum.Enum):  # a `TextChoices` member (a run's status, source)
-        return value.value
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-_msgspec_text = msgspec.json.Encoder(enc_hook=_enum_value).encode
-
-
-def _json_rows(rows: list[dict[str, Any]], model: type[models.Model]) -> str:
+def json_rows(rows: list[dict[str, Any]], model: type[models.Model]) -> str:
     """Rows of `model` as one JSON text, a statement's parameter for `json_populate_recordset`.
 
     Encoded by msgspec (about a quarter of `json`'s time: a live batch's rows, a continued run's
@@ -243,7 +247,7 @@ def _json_rows(rows: list[dict[str, Any]], model: type[models.Model]) -> str:
     (tests/traces/test_json_rows.py reads both back through PostgreSQL)."""
     if _msgspec_safe(rows, _checked_columns(model)):
         try:
-            return _msgspec_text(rows).decode()
+            return msgspec_text(rows).decode()
         except (TypeError, OverflowError, UnicodeEncodeError, msgspec.EncodeError):
             pass
     return _json_rows_text(rows)
@@ -278,7 +282,7 @@ def _checked_columns(model: type[models.Model]) -> tuple[str, ...]:
     return tuple(sorted({name for f in fields for name in (f.attname, f.column)}))
 
 
-def _update_runs(runs: list[Run]) -> None:
+def update_runs(runs: list[Run]) -> None:
     """Write the projected counters of `runs`. PostgreSQL: one UPDATE joined to the rows given as one
     JSON text (`json_populate_recordset`), as `_insert_small` inserts; elsewhere one UPDATE per run,
     sent as one executemany.
@@ -308,7 +312,7 @@ def _update_runs(runs: list[Run]) -> None:
 
 
 def _update_runs_statement(runs: list[Run]) -> tuple[str, list[Any]]:
-    """PostgreSQL: `_update_runs`'s UPDATE of `runs` and its parameters (the rows as one JSON text, and
+    """PostgreSQL: `update_runs`'s UPDATE of `runs` and its parameters (the rows as one JSON text, and
     their ids).
 
     The ids are also given as an array the primary key is matched against: joined only to the
@@ -319,7 +323,7 @@ def _update_runs_statement(runs: list[Run]) -> tuple[str, list[Any]]:
     table = qn(Run._meta.db_table)
     rows = [{f.attname: getattr(run, f.attname) for f in fields} for run in runs]
     _fit_ints(Run, rows)
-    json_rows = [
+    by_column = [
         {"id": run.pk, **{f.column: row[f.attname] for f in fields}}
         for run, row in zip(runs, rows, strict=True)
     ]
@@ -328,18 +332,7 @@ def _update_runs_statement(runs: list[Run]) -> tuple[str, list[Any]]:
         f"UPDATE {table} AS r SET {sets} FROM json_populate_recordset(NULL::{table}, %s) AS j "
         f"WHERE r.{qn('id')} = j.{qn('id')} AND r.{qn('id')} = ANY(%s::bigint[])"
     )  # noqa: S608  (names are ours; values are parameters)
-    return sql, [_json_rows(json_rows, Run), [run.pk for run in runs]]
-
-
-@functools.cache
-def _columns(model: type[models.Model]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[bool, ...]]:
-    """(attnames, columns, is_json) of a model's non-primary-key concrete fields."""
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    return (
-        tuple(f.attname for f in fields),
-        tuple(f.column for f in fields),
-        tuple(isinstance(f, models.JSONField) for f in fields),
-    )
+    return sql, [json_rows(by_column, Run), [run.pk for run in runs]]
 
 
 def id_arrays(wanted: list[tuple[type[models.Model], int]]) -> tuple[list[str], list[Any]]:
@@ -363,7 +356,7 @@ def _allocate_ids(
     first_rows: list[dict[str, Any]] | None = None,
 ) -> list[list[int]]:
     """PostgreSQL: `n` new primary keys from each model's sequence, all in one query — which also
-    writes the counters of the runs in `update` (`_update_runs`, as a data-modifying CTE: one round
+    writes the counters of the runs in `update` (`update_runs`, as a data-modifying CTE: one round
     trip instead of two) and, given `first_rows`, inserts them as rows of the first model with its
     new keys in order (`_rows_insert`).
 
@@ -462,7 +455,7 @@ def fast_insert(
     if not rows:
         return []
     _fit_ints(model, rows)
-    attnames, columns, json_cols = _columns(model)
+    attnames, columns, json_cols = model_columns(model)
     if connection.vendor != "postgresql":
         objs = [model(**row) for row in rows]
         model._default_manager.bulk_create(objs, batch_size=500)
@@ -470,64 +463,10 @@ def fast_insert(
     new_ids: list[int] = []
     if need_ids:
         new_ids = ids if ids is not None else _allocate_ids([(model, len(rows))])[0]
-    sql, text = _copy_statement(model, rows, new_ids if need_ids else None)
+    sql, text = copy_statement(model, rows, new_ids if need_ids else None)
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as cp:
         cp.write(text)
     return new_ids
-
-
-def _copy_statement(
-    model: type[models.Model], rows: list[dict[str, Any]], ids: list[int] | None
-) -> tuple[str, str]:
-    """PostgreSQL: the COPY statement of `model` and its text for `rows` (their integers brought into
-    range already, `_fit_ints`), with `ids` as their primary keys when given (else the table's default)."""
-    attnames, columns, json_cols = _columns(model)
-    if ids is not None:
-        columns = (model._meta.pk.column, *columns)
-    qn = connection.ops.quote_name
-    sql = f"COPY {qn(model._meta.db_table)} ({', '.join(qn(c) for c in columns)}) FROM STDIN"
-    line = _line_writer(model)
-    if ids is None:
-        return sql, "".join([line(row) for row in rows])
-    return sql, "".join([f"{pk}\t{line(row)}" for pk, row in zip(ids, rows, strict=True)])
-
-
-#: Per column type, how a generated line writer writes a value of the type expected there (anything
-#: else goes through `_copy_cell`): the same text as `_copy_cell`, without a call per cell. `{v}` is
-#: the value; the characters COPY escapes are written by `repr`.
-_SPECIAL = " or ".join(f"{c!r} in {{v}}" for c in ("\\", "\n", "\r", "\t"))
-_NULL, _TAB, _NEWLINE = repr("\\N"), repr("\t"), repr("\n")
-_FAST_CELLS: tuple[tuple[type[models.Field[Any, Any]], str], ...] = (
-    (models.JSONField, f"({_NULL} if {{v}} is None else _text(_dumps({{v}})))"),
-    (models.CharField, f"({{v}} if {{v}}.__class__ is str and not ({_SPECIAL}) else _cell({{v}}))"),
-    (models.TextField, f"({{v}} if {{v}}.__class__ is str and not ({_SPECIAL}) else _cell({{v}}))"),
-    (models.IntegerField, "(str({v}) if {v}.__class__ is int else _cell({v}))"),
-    (models.BooleanField, "(('t' if {v} else 'f') if {v}.__class__ is bool else _cell({v}))"),
-    (models.DateTimeField, "({v}.isoformat() if {v}.__class__ is datetime else _cell({v}))"),
-)
-
-
-@functools.cache
-def _line_writer(model: type[models.Model]) -> Callable[[dict[str, Any]], str]:
-    """A function writing a row dict of `model` (its non-pk attnames) as one line of COPY text: what
-    `_copy_line` writes for its values, a JSON column's value taken as `_json_text` gives it.
-
-    Why: `_copy_line` calls `_copy_cell` per cell, which tries each type in turn; a 500-event batch's
-    projection rows are ~5,000 cells. Generated once per model, with the column's own type tried
-    first, inline."""
-    attnames, _, _ = _columns(model)
-    fields = {f.attname: f for f in model._meta.concrete_fields}
-    body: list[str] = []
-    cells: list[str] = []
-    for i, name in enumerate(attnames):
-        template = next((t for kind, t in _FAST_CELLS if isinstance(fields[name], kind)), "_cell({v})")
-        body.append(f"    v{i} = row[{name!r}]\n")
-        cells.append(template.format(v=f"v{i}"))
-    code = f"def line(row):\n{''.join(body)}    return {_TAB}.join(({', '.join(cells)},)) + {_NEWLINE}\n"
-    scope: dict[str, Any] = {"_cell": _copy_cell, "_text": _copy_text, "_dumps": _dumps, "datetime": datetime}
-    exec(compile(code, f"<COPY line of {model.__name__}>", "exec"), scope)  # noqa: S102  (our code, our field names)
-    line: Callable[[dict[str, Any]], str] = scope["line"]
-    return line
 
 
 class _CopyChain:
@@ -556,7 +495,7 @@ class _CopyChain:
         if not rows:
             return
         _fit_ints(model, rows)
-        sql, text = _copy_statement(model, rows, ids)
+        sql, text = copy_statement(model, rows, ids)
         self.__exit__(None, None, None)  # the previous table's COPY ends here
         stack = contextlib.ExitStack()
         cursor = stack.enter_context(connection.cursor())
@@ -564,7 +503,7 @@ class _CopyChain:
         stack.enter_context(cursor.cursor.copy(sql)).write(text)
 
 
-_EVENT_COLUMNS = (
+EVENT_COLUMNS = (
     "project_id",
     "run_id",
     "step_id",
@@ -578,32 +517,36 @@ _EVENT_COLUMNS = (
 )
 
 
-def _insert_events(rows: list[tuple[Any, ...]], meanwhile: Callable[[], _T]) -> _T:
-    """Write raw event rows (tuples in `_EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create.
-    Returns what `meanwhile()` returns, called once the rows are sent and before their write is
-    waited for.
+@contextlib.contextmanager
+def raw_events_written(rows: list[tuple[Any, ...]]) -> Iterator[None]:
+    """Write raw event rows (tuples in `EVENT_COLUMNS` order): COPY on PostgreSQL, else bulk_create.
+    The block runs once the rows are sent and before their write is waited for (its end waits).
 
     Why: PostgreSQL stores a COPY's rows (parsing, four indexes, the WAL) as they arrive, ~25 µs a row
     of its own CPU, while the sender waits for the end. Work that needs none of the rows written (a
     new run's projection: its events are all in memory) runs in that wait, on the other core, instead
-    of after it: a 500-event batch of a new run answers ~10 ms sooner."""
+    of after it: a 500-event batch of a new run answers ~10 ms sooner. An error in the block aborts
+    the COPY (and the transaction with it)."""
     if not rows:
-        return meanwhile()
+        yield
+        return
     if connection.vendor != "postgresql":
         Event.objects.bulk_create(
-            [Event(**dict(zip(_EVENT_COLUMNS, r, strict=True))) for r in rows], batch_size=500
+            [Event(**dict(zip(EVENT_COLUMNS, r, strict=True))) for r in rows], batch_size=500
         )
-        return meanwhile()
-    columns = ", ".join(connection.ops.quote_name(c) for c in _EVENT_COLUMNS)
+        yield
+        return
+    columns = ", ".join(connection.ops.quote_name(c) for c in EVENT_COLUMNS)
     if len(rows) <= SMALL_BATCH_ROWS // 4:
         # A live stream's batch: one INSERT (one round trip) instead of COPY's two.
-        _insert_small([(Event, [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows], None)])
-        return meanwhile()
+        _insert_small([(Event, [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows], None)])
+        yield
+        return
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY traces_event ({columns}) FROM STDIN") as cp:
         # `write` returns once the text is handed to the socket; leaving the block ends the COPY and
-        # waits for PostgreSQL (an error of `meanwhile` aborts the COPY, and the transaction with it).
-        cp.write(_event_copy_text(rows))
-        return meanwhile()
+        # waits for PostgreSQL.
+        cp.write(event_copy_text(rows))
+        yield
 
 
 def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
@@ -611,94 +554,15 @@ def insert_new_events(rows: list[tuple[Any, ...]]) -> set[tuple[str, str]]:
     return their (run_id, step_id). The unique (project, run_id, step_id) index is the conflict arbiter,
     probed once per row, whatever the table's statistics say: a live run's rows are newer than them, so
     a duplicate check by query was planned as a scan of the run's every event (growing with the run)."""
-    dict_rows = [dict(zip(_EVENT_COLUMNS, r, strict=True)) for r in rows]
+    dict_rows = [dict(zip(EVENT_COLUMNS, r, strict=True)) for r in rows]
     _fit_ints(Event, dict_rows)
     qn = connection.ops.quote_name
-    table, columns = qn(Event._meta.db_table), ", ".join(qn(c) for c in _EVENT_COLUMNS)
+    table, columns = qn(Event._meta.db_table), ", ".join(qn(c) for c in EVENT_COLUMNS)
     sql = (
         f"INSERT INTO {table} ({columns}) SELECT {columns} FROM json_populate_recordset(NULL::{table}, %s) "
         f"ON CONFLICT ({qn('project_id')}, {qn('run_id')}, {qn('step_id')}) DO NOTHING "
         f"RETURNING {qn('run_id')}, {qn('step_id')}"
     )  # noqa: S608  (names are ours; values are one parameter)
     with prepared.cursor() as cursor:
-        cursor.execute(sql, [_json_rows(dict_rows, Event)])
+        cursor.execute(sql, [json_rows(dict_rows, Event)])
         return set(cursor.fetchall())
-
-
-def _event_copy_text(rows: list[tuple[Any, ...]]) -> str:
-    """`_copy_line` of every raw event row, with the column types known (the same text, about half
-    the time: no per-cell dispatch, and `received_at` is the same for the whole batch). An event's
-    time is a datetime, or its own text when that is plain UTC (`writing._utc_text`: no character
-    COPY escapes)."""
-    esc, null = _copy_text, "\\N"
-    received: dict[datetime, str] = {}
-    out: list[str] = []
-    for project_id, rid, sid, parent, kind, agent, ts, raw, recv, turn in rows:
-        r = received.get(recv)
-        if r is None:
-            r = received[recv] = recv.isoformat()
-        out.append(
-            f"{project_id}\t{esc(rid)}\t{esc(sid)}\t{null if parent is None else esc(parent)}\t{esc(kind)}\t"
-            f"{esc(agent)}\t{ts if ts.__class__ is str else ts.isoformat()}\t{esc(raw)}\t{r}\t"
-            f"{null if turn is None else turn}\n"
-        )
-    return "".join(out)
-
-
-def _copy_text(v: str) -> str:
-    if "\\" in v or "\n" in v or "\r" in v or "\t" in v:
-        return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    return v
-
-
-def _copy_cell(v: Any) -> str:
-    """One value in COPY's text format. Why not psycopg's `write_row`: it cost ~11 µs a row in Python,
-    the largest single item of a batch's write (bench/ingest.py); this is a few µs."""
-    cls = v.__class__
-    if cls is str:
-        if "\\" in v or "\n" in v or "\r" in v or "\t" in v:
-            return v.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-        return v
-    if v is None:
-        return "\\N"
-    if cls is int:
-        return str(v)
-    if cls is bool:
-        return "t" if v else "f"
-    if cls is datetime:
-        return v.isoformat()
-    if cls is float:
-        if v != v:
-            return "NaN"
-        if v in (float("inf"), float("-inf")):
-            return "Infinity" if v > 0 else "-Infinity"
-        return repr(v)
-    return _copy_cell(str(v))
-
-
-def _copy_line(values: Iterable[Any]) -> str:
-    return "\t".join([_copy_cell(v) for v in values]) + "\n"
-
-
-def _json_text(value: Any) -> str | None:
-    return None if value is None else _dumps(value)
-
-
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _dumps(value: Any) -> str:
-    """A JSON column's value as JSON text: msgspec's text, else (a value msgspec refuses: a lone
-    surrogate, a key that is not a string or an integer, a cycle, an object JSON has no form for) what
-    `_encoder` writes, or its error.
-
-    Why msgspec: about a tenth of `json`'s time (1.2-1.6 us a value here, for ~62,500 values per
-    50,000 events of bench/ingest.py mix (a)). The two texts hold the same JSON value; only a float's
-    exponent is spelled otherwise (`1e16`, `1e+16`), which PostgreSQL reads alike (jsonb keeps the
-    value). msgspec writes a NaN or an infinity as null, where `json` writes what no JSON reader
-    takes: a stored event holds neither (validation refuses them), and the projection computes no
-    float of its own into a JSON column."""
-    try:
-        return _msgspec_text(value).decode()
-    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
-        return _encoder.encode(value)

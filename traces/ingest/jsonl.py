@@ -1,4 +1,5 @@
-"""JSONL files (uploads and `import_traces`): read line by line, ingested in chunks."""
+"""JSONL files (uploads and `import_traces`): stage 1 (decode) for a file, line by line (`iter_jsonl`),
+and `ingest_jsonl`, which hands the decoded lines to `ingest_events` in chunks."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from django.conf import settings
 
 from runtime.errors import ErrorDetail, error_detail
 from runtime.tracefiles import decode_jsonl_line
-from traces.ingest.validation import MAX_DEPTH, TOO_MANY_DIGITS, Source
-from traces.ingest.writing import ingest_events
+from traces.ingest.decoding import MAX_DEPTH, TOO_MANY_DIGITS
+from traces.ingest.pipeline import ingest_events
+from traces.ingest.validation import Source
 from traces.models import (
     Project,
 )

@@ -1,12 +1,11 @@
-"""Projections of a run computed from its raw events: pure computation, no database access."""
+"""Stage 4, project (its pure part): a run's projection rows computed from its raw events, no database
+access. `traces.ingest.projecting` decides which runs are projected how and writes the rows."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -24,7 +23,6 @@ from runtime.facts import (
     decision_counts,
     decision_rows,
     normalize_events,
-    our_position,
     pin_lifetimes,
     pinned_blocks,
     primitive_outcome,
@@ -37,6 +35,7 @@ from runtime.facts import (
     turn_outcome,
 )
 from runtime.otlp import OTLP_PRODUCER
+from traces.ingest.events import local_turn
 from traces.models import (
     MESSAGE_DECISION_KEYS,
     Run,
@@ -44,28 +43,9 @@ from traces.models import (
     report_estimated,
 )
 
-
-def local_turn(ev: TraceEvent) -> int | None:
-    """The turn of one of our runtime's events (`runtime.facts.our_position`, fixed whatever else
-    arrives), else None.
-
-    Such an event belongs to turn (agent, turn) on its own; Arcana events find their turn through
-    other events, so runs holding any are always projected whole."""
-    turn, _ = our_position(ev)
-    return turn if turn is not None and 0 <= turn < 2**31 else None
-
-
-def _parse_stored(raw: str) -> TraceEvent:
-    return TraceEvent.from_dict(json.loads(raw))
-
-
 _time_order = attrgetter("timestamp_dt", "step_id")
 # A normalised event's time and type, read at C speed in the per-event passes.
 _event_time, _event_type = attrgetter("event.timestamp_dt"), attrgetter("event.event_type")
-
-
-def _sort_key(ev: TraceEvent) -> tuple[datetime, str]:
-    return (ev.timestamp_dt, ev.step_id)
 
 
 # The tolerant coercers every reading of a trace uses (`runtime.facts`), under this module's short names.
@@ -175,7 +155,7 @@ def _usage(usage: Any) -> tuple[int, int, int]:
 
 
 @dataclass
-class _Projection:
+class Projection:
     """Projection rows of one run as plain dicts of column values (attnames; FKs filled in at write)."""
 
     run_fields: dict[str, Any]
@@ -312,7 +292,7 @@ def _new_turn(agent: str, number: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _pin_row(p: PinLifetime) -> dict[str, Any]:
+def pin_row(p: PinLifetime) -> dict[str, Any]:
     return {
         "agent": p.agent or "",
         "pin_id": p.pin_id[:100],
@@ -327,15 +307,15 @@ def _pin_row(p: PinLifetime) -> dict[str, Any]:
     }
 
 
-def _project_turns(
+def project_turns(
     turn_views: list[TurnView], pins: list[PinLifetime] | None = None
-) -> tuple[_Projection, Counter[str]]:
+) -> tuple[Projection, Counter[str]]:
     """Turn, step, decision and primitive rows of these turns (no pin rows, no run fields), and how many
     steps used each model. `pins` (the run's) name the pinned blocks of arcana-agent 1.2 decisions."""
     pins_of: dict[str | None, list[PinLifetime]] = {}
     for p in pins or []:
         pins_of.setdefault(p.agent, []).append(p)
-    proj = _Projection({}, [], [], [], [], [])
+    proj = Projection({}, [], [], [], [], [])
     turns, steps, decisions, primitives = proj.turns, proj.steps, proj.decisions, proj.primitives
     step_models: Counter[str] = Counter()
     for tv in turn_views:
@@ -378,7 +358,7 @@ def _project_turns(
     return proj, step_models
 
 
-def _top_model(step_models: Counter[str]) -> str | None:
+def top_model(step_models: Counter[str]) -> str | None:
     """The most used step model when one model leads outright, else None."""
     top = step_models.most_common(2)
     if not top or (len(top) == 2 and top[0][1] == top[1][1]):
@@ -386,7 +366,7 @@ def _top_model(step_models: Counter[str]) -> str | None:
     return top[0][0]
 
 
-def _one_turn_event_per_step(turn_views: list[TurnView]) -> bool:
+def one_turn_event_per_step(turn_views: list[TurnView]) -> bool:
     return all(list(map(_event_type, sv.events)).count("turn") <= 1 for tv in turn_views for sv in tv.steps)
 
 
@@ -400,18 +380,18 @@ def primitive_counts(events: list[TraceEvent]) -> Counter[str]:
     )
 
 
-def project_run(events: list[TraceEvent]) -> _Projection:
+def project_run(events: list[TraceEvent]) -> Projection:
     """Compute every projection row of a run from its raw events (pure; no database access)."""
-    events = sorted(events, key=_time_order)  # _sort_key, at C speed
+    events = sorted(events, key=_time_order)  # `events.sort_key`, at C speed
     normalized = normalize_events(events)
     turn_views = build_steps(normalized)
     pins = pin_lifetimes(turn_views)
-    proj, step_models = _project_turns(turn_views, pins)
+    proj, step_models = project_turns(turn_views, pins)
     # Primitive calls whose step is not known yet (its turn event has not arrived).
     for ne in normalized:
         if ne.turn is None and ne.event.event_type == "cognitive_primitive":
             proj.primitives.append((None, _primitive_row(ne.event, None, ne.agent)))
-    proj.pins = [_pin_row(p) for p in pins]
+    proj.pins = [pin_row(p) for p in pins]
     turns = proj.turns
     by_primitive = primitive_counts(events)
     utils_all = [t["peak_utilization"] for t in turns if t["peak_utilization"] is not None]
@@ -450,8 +430,8 @@ def project_run(events: list[TraceEvent]) -> _Projection:
             not error_stop
             and outcome.status != "failed"
             and None not in map(local_turn, events)
-            and _one_turn_event_per_step(turn_views)
-            and _top_model(step_models) is not None
+            and one_turn_event_per_step(turn_views)
+            and top_model(step_models) is not None
         ),
     }
     return proj

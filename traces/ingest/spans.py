@@ -32,7 +32,7 @@ from django.db import transaction
 from runtime.otlp import Span as DecodedSpan
 from runtime.otlp import assemble_run, events_for_run, group_runs, normalize_span, run_id_for
 from traces.ingest.deletion import do_delete_run
-from traces.ingest.writing import ingest_events
+from traces.ingest.pipeline import ingest_events
 from traces.models import Event, Project, Run, Span
 
 log = logging.getLogger(__name__)
