@@ -355,3 +355,31 @@ def test_share_pages_and_the_team_page_are_drawn_as_cold_whatever_was_viewed_fir
         for name in order:
             client, url = pages[name]
             assert _overview(client, url) == cold[name], (order, name)
+
+
+@pytest.mark.django_db
+def test_the_overview_lists_of_a_finished_run_are_drawn_once_per_kind_of_page(
+    project: Project, alice: Any, alice_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _finished_run(project, "drawn-lists", "answer")
+    _, token = sharing.do_create_share_link(run, alice)
+    drawn: list[str] = []
+    real = run_page.timeline_rows_html
+
+    def counting(run: Run, turns: Any, agent: str) -> Any:
+        drawn.append(str(run.turn_url(1)))
+        return real(run, turns, agent)
+
+    monkeypatch.setattr(run_page, "timeline_rows_html", counting)
+    cache.clear()
+    for _ in range(2):
+        _overview(alice_client, run.get_absolute_url())
+        _overview(Client(), sharing.share_url(token))
+    # Once for the team's page, once for the share link's (its own turn links), then from the cache.
+    assert len(drawn) == 2 and drawn[0] != drawn[1] and f"/s/{token}/" in drawn[1]
+    # A live run's lists are drawn on every view.
+    ingest_live_run(project, "live-lists", turns=1)
+    live = Run.objects.get(run_id="live-lists")
+    for _ in range(2):
+        _overview(alice_client, live.get_absolute_url())
+    assert len(drawn) == 4

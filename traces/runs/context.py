@@ -139,7 +139,15 @@ def overview_parts(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]
             if cached.get("tokens_estimated") is not None:  # the header's "≈" (`Run.tokens_estimated`)
                 run.__dict__["_tokens_estimated"] = cached["tokens_estimated"]
             page = Page(turns, number, Paginator(range(count), TURNS_PER_PAGE))
-            return {"run": run, "agent": agent, "turns": turns, "turn_page": page, **cached["events"]}
+            # `overview_key`: the lists drawn from these parts are cached under it too (run_page_tags).
+            return {
+                "run": run,
+                "agent": agent,
+                "turns": turns,
+                "turn_page": page,
+                **cached["events"],
+                "overview_key": key,
+            }
     ctx = timeline_ctx(request, run, agent)
     page = ctx["turn_page"]
     events = events_ctx(run, agent, page.paginator.count, pin_start, call_start)
@@ -153,7 +161,7 @@ def overview_parts(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]
             {"run_pk": run.pk, "timeline": timeline, "events": events, "tokens_estimated": estimated},
             OVERVIEW_CACHE_SECONDS,
         )
-    return ctx
+    return {**ctx, "overview_key": key}
 
 
 def live_run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:

@@ -1,12 +1,13 @@
-"""The run overview's long lists, written in Python: the turn timeline's rows, the cognitive calls' rows,
-the fidelity map's drawn groups (labels, ticks, separators, cells) and the pin lanes (bars and rows).
+"""The run overview's long lists: the turn timeline's rows, the cognitive calls' rows, the fidelity
+map's drawn groups (labels, ticks, separators, cells) and the pin lanes (bars and rows).
 
-Why not the template: the overview of a long run draws 200 timeline rows, up to 100 cognitive calls
-and a map window of a thousand rectangles or more; through the template each of their ~15,000 values
-cost a variable lookup, localization and an escape call (most of the page's server time). These
-functions write the markup the templates wrote, byte for byte (tests/traces/test_run_page.py renders
-the replaced template loops as the reference, on hostile values): every value printed is escaped as
-the template's auto-escaping does (`text`), every filter is the template's own filter function.
+They are drawn with `format_html` (`rows_html`), which escapes every value it prints: no trace string
+is ever marked safe here. Why not the template: the overview of a long run draws 200
+timeline rows, up to 100 cognitive calls and a map window of a thousand rectangles or more; through the
+template each of their ~15,000 values cost a variable lookup and a node's render (most of the page's
+server time). The markup is the templates' byte for byte (tests/traces/test_run_page.py renders the
+replaced template loops as the reference, on hostile values): every value is printed as the template's
+`{{ value }}` prints it (`escaper`: localized, then escaped), every filter is the template's own.
 
 They draw from what the template would have received (the view's context, after
 `traces.collab.sharing.redact` for a shared page), so a shared page's links and hidden content come out as
@@ -15,15 +16,15 @@ before. Turn links are built from one `Run.turn_url` call (`turn_link`), not one
 
 from __future__ import annotations
 
-import html
-import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from django.template.defaultfilters import add, date, pluralize, truncatechars, urlencode
 from django.utils.formats import localize
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString
 from django.utils.timezone import template_localtime  # type: ignore[attr-defined]  # (not in the stubs)
 
 from traces.templatetags.trace_ui import pct, pct_class, tokens, util_level
@@ -32,38 +33,60 @@ if TYPE_CHECKING:
     from traces.models import PrimitiveEvent, Run, Turn
     from traces.runs.charts import FidelityMap, PinChart
 
-_escape = html.escape
-#: Whether a text holds a character `html.escape` replaces (most values hold none: one scan, no copy).
-_MARKUP = re.compile("[&<>\"']").search
-
 DASH = "—"
-PIN_CLASS = ' class="pin"'
+
+#: Fixed bits of markup the rows insert, drawn once (by `format_html`, like every other piece).
+MUTED_DASH = format_html('<span class="muted">{}</span>', DASH)
+NO_EFFECT = format_html('<span class="badge badge--warn">{}</span>', "no effect")
+NO_EXPIRY = format_html('<span class="muted">{}</span>', "no expiry")
+ACTIVE_AT_END = format_html('<span class="badge badge--accent">{}</span>', "active at end")
+PIN_CLASS = format_html(' class="{}"', "pin")
+
+Escaper = Callable[[Any], SafeString]
+
+#: Nothing, as markup (what a list of no rows draws).
+EMPTY = format_html("{}", "")
 
 
-def text(value: Any) -> str:
-    """`value` as the template's `{{ value }}` prints it with auto-escaping: localized, `str()`, then
-    HTML-escaped (`& < > " '`) unless it is already safe markup (which no trace value is)."""
-    if type(value) is str:
-        return _escape(value) if _MARKUP(value) else value
-    if type(value) is int:  # what localize gives an int without thousand separators
-        return str(value)
-    if value is None:
-        return "None"
-    value = localize(value)
-    if hasattr(value, "__html__"):
-        return str(value.__html__())
-    return _escape(str(value))
+def rows_html(row_format: str, rows: Sequence[Sequence[Any]]) -> SafeString:
+    """`format_html_join("", row_format, rows)` in one `format_html` call: the format is the row's
+    constant markup repeated once a row (it holds no value), and every value is an argument, escaped by
+    `format_html` unless it is already markup drawn by `format_html`. One call instead of one a row
+    halves the cost of a long list."""
+    if not rows:
+        return EMPTY
+    return format_html(row_format * len(rows), *chain.from_iterable(rows))
+
+
+def escaper() -> Escaper:
+    """A function printing a value as the template's `{{ value }}` does with auto-escaping: localized,
+    then `conditional_escape`d (HTML-escaped unless it is already safe markup, which no trace value
+    is). It remembers what it printed for each string and int: a long list repeats its roles, outcomes,
+    reasons and small counts hundreds of times, and `format_html` passes an escaped value through as is."""
+    memo: dict[Any, SafeString] = {}
+    get = memo.get
+
+    def esc(value: Any) -> SafeString:
+        kind = type(value)
+        if kind is str or kind is int:  # never a bool or a float: True == 1 == 1.0 as dict keys
+            found = get(value)
+            if found is None:
+                found = memo[value] = conditional_escape(value)
+            return found
+        return conditional_escape(localize(value))
+
+    return esc
 
 
 def _date(value: Any, fmt: str) -> str:
-    """`{{ value|date:fmt }}`: the filter sees the value in the current time zone, as in a template."""
-    return text(date(template_localtime(value), fmt))
+    """`{{ value|date:fmt }}` before escaping: the filter sees the value in the current time zone."""
+    return date(template_localtime(value), fmt)
 
 
 def _time_pair(value: Any) -> tuple[str, str]:
-    """`{{ value|date:'c' }}` and `{{ value|date:"H:i:s" }}`. For a datetime, Django's "c" is
-    `isoformat()` and "H:i:s" two-digit hours, minutes and seconds: written here directly (the filter
-    parses its format on every call, 1,000 times a page); anything else goes through the filter."""
+    """`{{ value|date:'c' }}` and `{{ value|date:"H:i:s" }}` before escaping. For a datetime, Django's
+    "c" is `isoformat()` and "H:i:s" two-digit hours, minutes and seconds: written here directly (the
+    filter parses its format on every call, 1,000 times a page); anything else goes through the filter."""
     local = template_localtime(value)
     if type(local) is datetime:
         return local.isoformat(), f"{local.hour:02d}:{local.minute:02d}:{local.second:02d}"
@@ -85,93 +108,133 @@ def turn_link(run: Run) -> Callable[[int], str]:
 # ---------------------------------------------------------------------------------------------------
 # The turn timeline (templates/traces/_run_live.html)
 
+_TIMELINE_ROW = (
+    "\n    <tr>\n"
+    '      <th scope="row"><a href="{}">Turn {}</a>{}</th>\n'
+    '      <td class="num">{}</td>\n'
+    '      <td class="num" title="{} prompt + {} completion">{}</td>\n'
+    "      <td>\n        {}\n      </td>\n"
+    '      <td class="hide-sm"><span class="strategy">{}</span></td>\n'
+    '      <td class="num hide-sm">{}</td>\n'
+    "      <td>{}</td>\n"
+    '      <td class="num hide-sm">{}{}</td>\n'
+    '      <td class="num hide-sm muted">{}</td>\n'
+    "    </tr>\n    "
+)
+_UTIL = (
+    "\n        "
+    '<span class="util"><span class="util__bar"><span class="util__fill util__fill--{} {}"></span></span>'
+    '<span class="util__label">{}</span></span>'
+    "\n        "
+)
+
 
 def timeline_rows_html(run: Run, turns: Iterable[Turn], agent: str) -> SafeString:
     """The timeline's `<tr>` rows, one a turn."""
+    return rows_html(_TIMELINE_ROW, list(_timeline_cells(run, turns, agent)))
+
+
+def _timeline_cells(run: Run, turns: Iterable[Turn], agent: str) -> Iterable[tuple[Any, ...]]:
     link = turn_link(run)
-    agent_q = f"?agent={text(urlencode(agent))}" if agent else ""
-    out: list[str] = []
-    add_row = out.append
+    agent_q = f"?agent={urlencode(agent)}" if agent else ""
+    esc = escaper()
+    util = _util_bars()
     for t in turns:
         failure = t.failure
-        failed = f' <span class="badge badge--bad" title="{text(failure)}">failed</span>' if failure else ""
         peak = t.peak_utilization
-        if peak is not None:
-            util = (
-                "\n        "
-                f'<span class="util"><span class="util__bar"><span class="util__fill util__fill--'
-                f'{text(util_level(peak))} {text(pct_class(peak))}"></span></span>'
-                f'<span class="util__label">{text(pct(peak))}</span></span>'
-                "\n        "
-            )
-        else:
-            util = f'<span class="muted">{DASH}</span>'
-        prims = (
-            f'<span class="prim-count">{text(t.primitives)}</span>'
-            if t.primitives
-            else f'<span class="muted">{DASH}</span>'
-        )
         errors = t.errors
-        errs = (
-            f' <span class="bad" title="{text(errors)} error{text(pluralize(errors))}">✗{text(errors)}</span>'
-            if errors
-            else ""
-        )
         started = t.started_at
-        when = '<time datetime="{}">{}</time>'.format(*_time_pair(started)) if started else ""
-        add_row(
-            "\n    <tr>\n"
-            f'      <th scope="row"><a href="{text(link(t.number))}{agent_q}">Turn {text(t.number)}</a>{failed}</th>\n'
-            f'      <td class="num">{text(t.steps)}</td>\n'
-            f'      <td class="num" title="{text(t.prompt_tokens)} prompt + {text(t.completion_tokens)} completion">'
-            f"{text(tokens(t.tokens))}</td>\n"
-            f"      <td>\n        {util}\n      </td>\n"
-            f'      <td class="hide-sm"><span class="strategy">{text(t.strategy or DASH)}</span></td>\n'
-            f'      <td class="num hide-sm">{text(t.compressions or DASH)}</td>\n'
-            f"      <td>{prims}</td>\n"
-            f'      <td class="num hide-sm">{text(t.tool_calls or DASH)}{errs}</td>\n'
-            f'      <td class="num hide-sm muted">{when}</td>\n'
-            "    </tr>\n    "
+        yield (
+            link(t.number) + agent_q,
+            esc(t.number),
+            format_html(' <span class="badge badge--bad" title="{}">failed</span>', esc(failure))
+            if failure
+            else "",
+            esc(t.steps),
+            esc(t.prompt_tokens),
+            esc(t.completion_tokens),
+            tokens(t.tokens),
+            MUTED_DASH if peak is None else util(peak),
+            esc(t.strategy or DASH),
+            esc(t.compressions or DASH),
+            format_html('<span class="prim-count">{}</span>', esc(t.primitives))
+            if t.primitives
+            else MUTED_DASH,
+            esc(t.tool_calls or DASH),
+            format_html(
+                ' <span class="bad" title="{} error{}">✗{}</span>',
+                esc(errors),
+                pluralize(errors),
+                esc(errors),
+            )
+            if errors
+            else "",
+            format_html('<time datetime="{}">{}</time>', *_time_pair(started)) if started else "",
         )
-    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)
+
+
+def _util_bars() -> Callable[[Any], SafeString]:
+    """A utilization's bar (`_UTIL`), drawn once per width and label (a page has at most a hundred)."""
+    drawn: dict[tuple[str, str, str], SafeString] = {}
+
+    def bar(peak: Any) -> SafeString:
+        key = (util_level(peak), pct_class(peak), pct(peak))
+        found = drawn.get(key)
+        if found is None:
+            found = drawn[key] = format_html(_UTIL, *key)
+        return found
+
+    return bar
 
 
 # ---------------------------------------------------------------------------------------------------
 # The cognitive calls (templates/traces/_cognitive.html)
 
+_COGNITIVE_ROW = (
+    "\n  <tr>\n"
+    '    <td class="num muted">{}</td>\n'
+    '    <td class="nowrap mono small"><time datetime="{}">{}</time></td>\n'
+    "    {}\n"
+    '    <td class="nowrap">{}</td>\n'
+    '    <td><span class="prim prim--{}">{}</span></td>\n'
+    '    <td class="preview"><span class="mono small">{}</span> {}</td>\n'
+    "  </tr>\n  "
+)
+
 
 def cognitive_rows_html(run: Run, primitives: Sequence[tuple[PrimitiveEvent, str]]) -> SafeString:
     """The cognitive calls' `<tr>` rows: (call, its one-line summary) each."""
+    return rows_html(_COGNITIVE_ROW, list(_cognitive_cells(run, primitives)))
+
+
+def _cognitive_cells(run: Run, primitives: Sequence[tuple[PrimitiveEvent, str]]) -> Iterable[tuple[Any, ...]]:
     link = turn_link(run)
     with_agents = bool(run.agents)
-    out: list[str] = []
-    add_row = out.append
+    esc = escaper()
     for n, (ev, line) in enumerate(primitives, 1):
-        agent_cell = f"<td>{text(ev.agent or DASH)}</td>" if with_agents else ""
         turn = ev.turn_number
         if turn:
-            agent_q = f"?agent={text(urlencode(ev.agent))}" if ev.agent else ""
             step = ev.step_number
-            where = (
-                f'<a href="{text(link(turn))}{agent_q}#step-{text(step or 1)}">turn {text(turn)}'
-                f"{f'.{text(step)}' if step else ''}</a>"
+            where = format_html(
+                '<a href="{}#step-{}">turn {}{}</a>',
+                link(turn) + (f"?agent={urlencode(ev.agent)}" if ev.agent else ""),
+                esc(step or 1),
+                esc(turn),
+                format_html(".{}", esc(step)) if step else "",
             )
         else:
-            where = f'<span class="muted">{DASH}</span>'
-        no_effect = "" if ev.ok else '<span class="badge badge--warn">no effect</span>'
-        primitive = text(ev.primitive)
-        iso, clock = _time_pair(ev.timestamp)
-        add_row(
-            "\n  <tr>\n"
-            f'    <td class="num muted">{n}</td>\n'
-            f'    <td class="nowrap mono small"><time datetime="{iso}">{clock}</time></td>\n'
-            f"    {agent_cell}\n"
-            f'    <td class="nowrap">{where}</td>\n'
-            f'    <td><span class="prim prim--{primitive}">{primitive}</span></td>\n'
-            f'    <td class="preview"><span class="mono small">{text(line)}</span> {no_effect}</td>\n'
-            "  </tr>\n  "
+            where = MUTED_DASH
+        primitive = esc(ev.primitive)
+        yield (
+            n,
+            *_time_pair(ev.timestamp),
+            format_html("<td>{}</td>", esc(ev.agent or DASH)) if with_agents else "",
+            where,
+            primitive,
+            primitive,
+            esc(line),
+            "" if ev.ok else NO_EFFECT,
         )
-    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -180,81 +243,110 @@ def cognitive_rows_html(run: Run, primitives: Sequence[tuple[PrimitiveEvent, str
 
 def fidelity_groups_html(fmap: FidelityMap) -> SafeString:
     """The map's four `<g>` groups: turn separators, turn ticks, row labels, cells."""
+    esc = escaper()
     top, height, label_x, cell_h = (
-        text(add(fmap.top, -4)),
-        text(fmap.height),
-        text(fmap.label_x),
-        text(fmap.cell_h),
+        esc(add(fmap.top, -4)),
+        esc(fmap.height),
+        esc(fmap.label_x),
+        esc(fmap.cell_h),
     )
-    seps = "".join(f'<line x1="{text(x)}" y1="{top}" x2="{text(x)}" y2="{height}"/>' for x in fmap.separators)
-    ticks = "".join(
-        f'<a href="{text(t.url)}"><text x="{text(t.x)}" y="14">{text(t.label)}</text></a>' for t in fmap.ticks
+    seps = rows_html(
+        '<line x1="{}" y1="{}" x2="{}" y2="{}"/>', [(esc(x), top, esc(x), height) for x in fmap.separators]
     )
-    labels = "".join(
-        f'<text x="{label_x}" y="{text(r.y)}"{PIN_CLASS if r.is_pin else ""}>{text(r.label)}</text>'
-        for r in fmap.rows
-        if r.label
+    ticks = rows_html(
+        '<a href="{}"><text x="{}" y="14">{}</text></a>',
+        [(esc(t.url), esc(t.x), esc(t.label)) for t in fmap.ticks],
     )
-    cells = "".join(
-        f'<rect class="fcell f-{text(c.cls)}" x="{text(c.x)}" y="{text(c.y)}" width="{text(c.w)}" '
-        f'height="{cell_h}"><title>{text(c.title)}</title></rect>'
-        for c in fmap.cells
+    labels = rows_html(
+        '<text x="{}" y="{}"{}>{}</text>',
+        [(label_x, esc(r.y), PIN_CLASS if r.is_pin else "", esc(r.label)) for r in fmap.rows if r.label],
     )
-    return mark_safe(  # noqa: S308 (every value above went through text)
-        f'<g class="fmap-seps">{seps}</g>\n  <g class="fmap-ticks">{ticks}</g>\n'
-        f'  <g class="fmap-labels">{labels}</g>\n  <g class="fmap-cells">{cells}</g>'
+    cells = rows_html(
+        '<rect class="fcell f-{}" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
+        [(esc(c.cls), esc(c.x), esc(c.y), esc(c.w), cell_h, esc(c.title)) for c in fmap.cells],
+    )
+    return format_html(
+        '<g class="fmap-seps">{}</g>\n  <g class="fmap-ticks">{}</g>\n'
+        '  <g class="fmap-labels">{}</g>\n  <g class="fmap-cells">{}</g>',
+        seps,
+        ticks,
+        labels,
+        cells,
     )
 
 
 # ---------------------------------------------------------------------------------------------------
 # The pin lanes (templates/traces/_pin_lanes.html)
 
+_PIN_LANE = (
+    '\n  <g class="pin-lane pin-lane--{}">\n'
+    '    <text class="lane-label" x="{}" y="{}">{}</text>\n'
+    '    <rect x="{}" y="{}" width="{}" height="16" rx="3"><title>{}</title></rect>\n'
+    '    <text class="lane-tokens" x="{}" y="{}">{} tok</text>\n'
+    "  </g>\n  "
+)
+
 
 def pin_lanes_svg_html(pins: PinChart) -> SafeString:
     """The chart's lanes: one `<g>` a pin, its label, bar (with its hover text) and tokens."""
-    label_x = text(pins.label_x)
-    out: list[str] = []
-    for lane in pins.lanes:
-        pin = lane.pin
-        text_y = text(lane.text_y)
-        out.append(
-            f'\n  <g class="pin-lane pin-lane--{text(lane.ended_by)}">\n'
-            f'    <text class="lane-label" x="{label_x}" y="{text_y}">'
-            f"{text(truncatechars(pin.label or pin.pin_id, 26))}</text>\n"
-            f'    <rect x="{text(lane.x)}" y="{text(lane.bar_y)}" width="{text(lane.w)}" height="16" rx="3">'
-            f"<title>{text(lane.title)}</title></rect>\n"
-            f'    <text class="lane-tokens" x="{text(lane.text_x)}" y="{text_y}">{text(pin.tokens or "?")} tok</text>\n'
-            "  </g>\n  "
-        )
-    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)
+    esc = escaper()
+    label_x = esc(pins.label_x)
+    return rows_html(
+        _PIN_LANE,
+        [
+            (
+                esc(lane.ended_by),
+                label_x,
+                esc(lane.text_y),
+                esc(truncatechars(lane.pin.label or lane.pin.pin_id, 26)),
+                esc(lane.x),
+                esc(lane.bar_y),
+                esc(lane.w),
+                esc(lane.title),
+                esc(lane.text_x),
+                esc(lane.text_y),
+                esc(lane.pin.tokens or "?"),
+            )
+            for lane in pins.lanes
+        ],
+    )
+
+
+_PIN_ROW = (
+    "\n  <tr>\n"
+    '    <td class="mono">{}</td>\n'
+    '    <td class="preview">{}</td>\n'
+    '    <td class="num">{}</td>\n'
+    '    <td><a href="{}">turn {}</a></td>\n'
+    "    <td>{}</td>\n"
+    "    <td>{}</td>\n"
+    "  </tr>\n  "
+)
 
 
 def pin_rows_html(run: Run, pins: PinChart, agent: str) -> SafeString:
     """The pins table's rows: one a lane, with the link to the turn the pin was made in."""
     link = turn_link(run)
-    agent_q = f"?agent={text(urlencode(agent))}" if agent else ""
-    out: list[str] = []
+    agent_q = f"?agent={urlencode(agent)}" if agent else ""
+    esc = escaper()
+    rows = []
     for lane in pins.lanes:
         pin = lane.pin
-        until = (
-            f"turn {text(pin.until_turn)}"
-            if pin.until_turn is not None
-            else '<span class="muted">no expiry</span>'
-        )
         if lane.ended_by == "unpinned":
-            ended = f"unpinned at turn {text(lane.end_turn)}"
+            ended: Any = format_html("unpinned at turn {}", esc(lane.end_turn))
         elif lane.ended_by == "expired":
-            ended = f"expired after turn {text(lane.end_turn)}"
+            ended = format_html("expired after turn {}", esc(lane.end_turn))
         else:
-            ended = '<span class="badge badge--accent">active at end</span>'
-        out.append(
-            "\n  <tr>\n"
-            f'    <td class="mono">{text(pin.pin_id)}</td>\n'
-            f'    <td class="preview">{text(pin.label or DASH)}</td>\n'
-            f'    <td class="num">{text(pin.tokens or "?")}</td>\n'
-            f'    <td><a href="{text(link(pin.created_turn))}{agent_q}">turn {text(pin.created_turn)}</a></td>\n'
-            f"    <td>{until}</td>\n"
-            f"    <td>{ended}</td>\n"
-            "  </tr>\n  "
+            ended = ACTIVE_AT_END
+        rows.append(
+            (
+                esc(pin.pin_id),
+                esc(pin.label or DASH),
+                esc(pin.tokens or "?"),
+                link(pin.created_turn) + agent_q,
+                esc(pin.created_turn),
+                format_html("turn {}", esc(pin.until_turn)) if pin.until_turn is not None else NO_EXPIRY,
+                ended,
+            )
         )
-    return mark_safe("".join(out))  # noqa: S308 (every value above went through text)
+    return rows_html(_PIN_ROW, rows)

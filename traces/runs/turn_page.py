@@ -30,14 +30,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.cache import cache
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
 from traces.runs import queries
-from traces.runs.run_page import text
+from traces.runs.run_page import Escaper, escaper, rows_html
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
-TURN_CACHE_VERSION = 1
+TURN_CACHE_VERSION = 2
 
 TURN_CACHE_SECONDS = 3600
 
@@ -49,9 +50,9 @@ CHANGES_LISTED = 30
 class StepPart:
     step: Step
     decision: ContextDecision | None
-    table: SafeString  # the decision table (`decision_table_html`), "" without a decision
+    table: str  # the decision table (`decision_table_html`, markup by `format_html`), "" without a decision
     changes: queries.StepChanges | None
-    changes_html: SafeString  # "what changed", rendered (`changes_html`), "" for the first step of a run
+    changes_html: str  # "what changed" (`changes_html`, markup by `format_html`), "" for a run's first step
     primitives: list[tuple[PrimitiveEvent, str]]  # (call, its one-line summary)
     snapshot: dict[str, Any] | None
 
@@ -117,17 +118,18 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
     prev_mds = unpack_message_decisions(previous[2]) if previous else None
     prev_turn = previous[0] if previous else 0
     summaries = [(ev, queries.primitive_summary(ev)) for ev in primitives]
+    esc = escaper()  # one for the turn: its steps' tables repeat most of their values
     out = []
     for step in steps:
         decision = getattr(step, "decision", None)
-        table, changes, listed = SafeString(""), None, SafeString("")
+        table, changes, listed = "", None, ""
         if decision is not None:
             mds = decision.message_decisions
-            table = decision_table_html(queries.decision_rows(mds, prev_mds, pins, number))
+            table = decision_table_html(queries.decision_rows(mds, prev_mds, pins, number), esc)
             changes = queries.step_changes(mds, prev_mds, prev_label, pins, number, prev_turn)
             if changes is not None:
                 changes = _listed(changes)
-                listed = changes_html(changes)
+                listed = changes_html(changes, esc)
             prev_mds, prev_label, prev_turn = mds, f"turn {step.turn_number} step {step.number}", number
             _drop_message_table(decision)
         out.append(
@@ -183,7 +185,9 @@ def _snapshot(snapshot: Any) -> dict[str, Any] | None:
 # The decision table
 
 
-_HEAD = (
+_TABLE = (
+    '<details class="collapse decisions" {}>\n'
+    '<summary><strong>Per-message decisions</strong> <span class="muted small">{} row{}</span></summary>\n'
     '<div class="table-wrap decisions__wrap" tabindex="0" role="region" aria-label="Per-message decisions">\n'
     '<table class="table table--compact decision-table">\n'
     "  <thead><tr>\n"
@@ -195,118 +199,155 @@ _HEAD = (
     '    <th scope="col" class="num hide-sm">Relevance</th>\n'
     '    <th scope="col">Reason</th>\n'
     "  </tr></thead>\n"
-    "  <tbody>\n  "
+    "  <tbody>\n  {}\n  </tbody>\n</table>\n</div>\n</details>\n"
 )
-_ROW_CHANGED = ' class="row-changed"'
-_TAIL = "\n  </tbody>\n</table>\n</div>\n</details>\n"
+#: A plain row: its index and tokens (different on every row) and two runs of cells drawn once per table
+#: for each combination of their values (`_MIDDLE`, `_END`: a table repeats a few roles, outcomes,
+#: fidelities and reasons hundreds of times).
+_ROW = '\n  <tr{}><td class="num mono">{}</td>{}<td class="num mono">{}</td>{}</tr>'
+_MIDDLE = '<td>{}</td><td>{}{}</td><td><span class="fid fid--{}">{}</span></td>'
+_END = '<td class="num mono hide-sm">{}</td><td class="reason mono small">{}</td>'
+_PIN_ROW = (
+    '\n  <tr class="row-pin{}">\n'
+    '    <td class="num mono"><span class="pin-flag" title="pinned block">[PIN]</span> {}{}</td>\n'
+    "    <td>{}</td>\n"
+    "    <td>{}{}</td>\n"
+    '    <td><span class="fid fid--pin">L0</span></td>\n'
+    '    <td class="num mono">{}</td>\n'
+    '    <td class="num mono hide-sm">{}</td>\n'
+    '    <td class="reason">pinned{}</td>\n'
+    "  </tr>"
+)
+_ROW_CHANGED = format_html(' class="{}"', "row-changed")
 
 
-def decision_table_html(rows: Sequence[queries.DecisionRow]) -> SafeString:
+def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None = None) -> SafeString:
     """One step's table of per-message decisions (collapsed above 60 rows), [PIN] rows with their pin's
-    label and id. Every value is escaped (`text`, as on the run page); the markup is the page's
-    (turn.css, turn.js)."""
+    label and id. Every value is printed as the template's `{{ value }}` printed it (`escaper`, shared by
+    the steps of a turn); the markup is the page's (turn.css, turn.js)."""
     n = len(rows)
-    parts = [
-        '<details class="collapse decisions" ' + ("open" if n <= 60 else "") + ">\n"
-        '<summary><strong>Per-message decisions</strong> <span class="muted small">'
-        + f"{n} row{'' if n == 1 else 's'}</span></summary>\n",
-        _HEAD,
-    ]
-    add = parts.append
+    esc = esc or escaper()
+    # The changed marks and runs of cells, drawn once each, keyed by the values as printed (escaped).
+    drawn: dict[tuple[str, ...], SafeString] = {}
+    parts: list[tuple[SafeString]] = []  # runs of plain rows, one `rows_html` each, between [PIN] rows
+    plain: list[tuple[Any, ...]] = []
     for r in rows:
-        changed = f' <span class="changed">{text(r.changed)}</span>' if r.changed else ""
+        changed: Any = ""
+        if r.changed:
+            mark = (esc(r.changed),)
+            changed = drawn.get(mark)
+            if changed is None:
+                changed = drawn[mark] = format_html(' <span class="changed">{}</span>', *mark)
         if r.is_pin:
-            add(_pin_row(r, changed))
-        else:
-            add(
-                f'\n  <tr{_ROW_CHANGED if r.changed else ""}><td class="num mono">{text(r.index)}</td>'
-                f"<td>{text(r.role)}</td><td>{text(r.outcome)}{changed}</td>"
-                f'<td><span class="fid fid--{text(r.cls)}">{text(r.fidelity)}</span></td>'
-                f'<td class="num mono">{text(r.tokens)}</td><td class="num mono hide-sm">{text(r.relevance)}</td>'
-                f'<td class="reason mono small">{text(r.reason)}</td></tr>'
-            )
-    add(_TAIL)
-    return mark_safe("".join(parts))  # noqa: S308 (every value above went through text)
+            parts += ((rows_html(_ROW, plain),), (_pin_row(r, changed, esc),))
+            plain = []
+            continue
+        cells: tuple[Any, ...] = (esc(r.role), esc(r.outcome), changed, esc(r.cls), esc(r.fidelity))
+        middle = drawn.get(cells)
+        if middle is None:
+            middle = drawn[cells] = format_html(_MIDDLE, *cells)
+        cells = (esc(r.relevance), esc(r.reason))
+        end = drawn.get(cells)
+        if end is None:
+            end = drawn[cells] = format_html(_END, *cells)
+        plain.append((_ROW_CHANGED if r.changed else "", esc(r.index), middle, esc(r.tokens), end))
+    parts.append((rows_html(_ROW, plain),))
+    return format_html(_TABLE, "open" if n <= 60 else "", n, "" if n == 1 else "s", rows_html("{}", parts))
 
 
-def _pin_row(r: queries.DecisionRow, changed: str) -> str:
-    index = text(r.index)
+def _pin_row(r: queries.DecisionRow, changed: Any, esc: Escaper) -> SafeString:
+    index = esc(r.index)
     d: Mapping[str, Any] = r.d
     raw = d.get("raw_index")
-    written = ""
+    written: Any = ""
     if raw is not None and raw != r.index:
-        written = (
+        written = format_html(
             ' <span class="muted small" title="arcana-agent 1.2 writes a synthetic index after the messages; '
-            f'{index} is where the block really was in the working set">(written {text(raw)})</span>'
+            '{} is where the block really was in the working set">(written {})</span>',
+            index,
+            esc(raw),
         )
+    reason: Any = ""
     if r.pin:
-        reason = (
-            f": <strong>{text(r.pin.label or r.pin.pin_id)}</strong>"
-            f' <span class="mono small muted">{text(r.pin.pin_id)}</span>'
+        reason = format_html(
+            ': <strong>{}</strong> <span class="mono small muted">{}</span>',
+            esc(r.pin.label or r.pin.pin_id),
+            esc(r.pin.pin_id),
         )
     elif d.get("pin_id"):
-        reason = f' <span class="mono small">{text(d.get("pin_id"))}</span>'
-    else:
-        reason = ""
-    return (
-        '\n  <tr class="row-pin' + (" row-changed" if r.changed else "") + '">\n'
-        f'    <td class="num mono"><span class="pin-flag" title="pinned block">[PIN]</span> {index}{written}</td>\n'
-        f"    <td>{text(r.role)}</td>\n"
-        f"    <td>{text(r.outcome)}{changed}</td>\n"
-        '    <td><span class="fid fid--pin">L0</span></td>\n'
-        f'    <td class="num mono">{text(r.tokens)}</td>\n'
-        f'    <td class="num mono hide-sm">{text(r.relevance)}</td>\n'
-        f'    <td class="reason">pinned{reason}</td>\n'
-        "  </tr>"
+        reason = format_html(' <span class="mono small">{}</span>', esc(d.get("pin_id")))
+    return format_html(
+        _PIN_ROW,
+        " row-changed" if r.changed else "",
+        index,
+        written,
+        esc(r.role),
+        esc(r.outcome),
+        changed,
+        esc(r.tokens),
+        esc(r.relevance),
+        reason,
     )
 
 
-def _key_text(d: Mapping[str, Any], key: str) -> str:
-    """`{{ d.key }}` of a decision: "" when the key is missing (the template's unresolved variable)."""
-    return text(d[key]) if key in d else ""
+# ---------------------------------------------------------------------------------------------------
+# What changed since the previous step
+
+_CHANGES = '<div class="changes">\n      <h4>What changed since {}</h4>\n      {}\n    </div>'
+_NOTHING = format_html(
+    '<p class="muted small">{}</p>',
+    "Nothing: every message kept the same outcome and the same pins were rendered.",
+)
+_CHANGES_LIST = (
+    '\n      <ul class="changes__list">\n        {}\n        {}\n        {}\n        {}\n        {}\n        {}'
+    "\n      </ul>\n      "
+)
+_CHANGED = '<li><span class="mono">#{}</span> {}: {} → <strong>{}</strong> <span class="muted small">({})</span></li>'
 
 
-def _count_item(n: int, text: str) -> str:
-    return f"<li><strong>{n}</strong> {text}</li>" if n else ""
-
-
-def changes_html(changes: queries.StepChanges) -> SafeString:
+def changes_html(changes: queries.StepChanges, esc: Escaper | None = None) -> SafeString:
     """ "What changed since" the previous step: new and gone messages, the first `CHANGES_LISTED`
     messages whose outcome changed (the others are counted), pins added and gone; values escaped."""
-    head = f'<div class="changes">\n      <h4>What changed since {text(changes.previous_label)}</h4>\n      '
+    esc = esc or escaper()
     if changes.empty:
-        body = (
-            '<p class="muted small">Nothing: every message kept the same outcome and the same pins were '
-            "rendered.</p>"
+        return format_html(_CHANGES, esc(changes.previous_label), _NOTHING)
+    new, gone = changes.new_messages, changes.gone_messages
+    body = format_html(
+        _CHANGES_LIST,
+        format_html("<li><strong>{}</strong> new message{} in the history</li>", new, "" if new == 1 else "s")
+        if new
+        else "",
+        format_html(
+            "<li><strong>{}</strong> message{} no longer in the input</li>", gone, "" if gone == 1 else "s"
         )
-    else:
-        new, gone = changes.new_messages, changes.gone_messages
-        items = "".join(
-            f'<li><span class="mono">#{_key_text(d, "index")}</span> {_key_text(d, "role")}: {text(before)} → '
-            f'<strong>{text(after)}</strong> <span class="muted small">({_key_text(d, "reason")})</span></li>'
-            for d, before, after in changes.changed[:CHANGES_LISTED]
-        )
-        more = (
-            f'<li class="muted">… and {changes.total_changed - CHANGES_LISTED} more, flagged in the table</li>'
-            if changes.total_changed > CHANGES_LISTED
-            else ""
-        )
-        lines = [
-            _count_item(new, f"new message{'' if new == 1 else 's'} in the history"),
-            _count_item(gone, f"message{'' if gone == 1 else 's'} no longer in the input"),
-            items,
-            more,
-            "".join(
-                f'<li><span class="pin-flag">PIN</span> {text(p)} added</li>' for p in changes.pins_added
+        if gone
+        else "",
+        format_html_join(
+            "",
+            _CHANGED,
+            (
+                (_key(d, "index", esc), _key(d, "role", esc), esc(before), esc(after), _key(d, "reason", esc))
+                for d, before, after in changes.changed[:CHANGES_LISTED]
             ),
-            "".join(
-                f'<li><span class="pin-flag pin-flag--gone">PIN</span> {text(p)} gone</li>'
-                for p in changes.pins_gone
-            ),
-        ]
-        body = (
-            '\n      <ul class="changes__list">\n        '
-            + "\n        ".join(lines)
-            + "\n      </ul>\n      "
+        ),
+        format_html(
+            '<li class="muted">… and {} more, flagged in the table</li>',
+            changes.total_changed - CHANGES_LISTED,
         )
-    return mark_safe(head + body + "\n    </div>")  # noqa: S308 (every value above went through text)
+        if changes.total_changed > CHANGES_LISTED
+        else "",
+        format_html_join(
+            "", '<li><span class="pin-flag">PIN</span> {} added</li>', ((p,) for p in changes.pins_added)
+        ),
+        format_html_join(
+            "",
+            '<li><span class="pin-flag pin-flag--gone">PIN</span> {} gone</li>',
+            ((p,) for p in changes.pins_gone),
+        ),
+    )
+    return format_html(_CHANGES, esc(changes.previous_label), body)
+
+
+def _key(d: Mapping[str, Any], key: str, esc: Escaper) -> Any:
+    """`{{ d.key }}` of a decision: "" when the key is missing (the template's unresolved variable)."""
+    return esc(d[key]) if key in d else ""

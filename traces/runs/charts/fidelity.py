@@ -93,9 +93,9 @@ class FidelityMap:
     top: float
     legend: list[tuple[str, str]] = field(default_factory=list)
     truncated_rows: bool = False
-    #: The drawn groups (`traces.runs.run_page.fidelity_groups_html`), kept with the map in the cache: a
-    #: window's thousand-odd rectangles are drawn once per run state, not once per view.
-    drawn: SafeString = field(default_factory=SafeString)
+    #: The drawn groups (`traces.runs.run_page.fidelity_groups_html`, markup by `format_html`), kept with
+    #: the map in the cache: a window's thousand-odd rectangles are drawn once per run state, not per view.
+    drawn: SafeString | None = None
 
     @property
     def label_x(self) -> float:
@@ -172,7 +172,7 @@ def fidelity_map(
 
 
 #: Bumped when `FidelityMap`'s shape changes, so cached maps of an older shape are not read.
-MAP_CACHE_VERSION = 2
+MAP_CACHE_VERSION = 3
 
 
 MAP_CACHE_SECONDS = 3600
