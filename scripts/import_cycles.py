@@ -45,7 +45,10 @@ def graph() -> dict[str, set[str]]:
                     anchor = name.split(".") if is_package else name.split(".")[:-1]
                     anchor = anchor[: len(anchor) - (node.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                # `from pkg import mod` needs the module, not the package's other names: the
+                # package itself counts only when a name imported from it is not a module.
+                submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+                targets = submodules + ([base] if len(submodules) < len(node.names) else [])
             for target in targets:
                 # The deepest module of ours the import names (a package's __init__ included).
                 while target and target not in modules:
