@@ -209,12 +209,67 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         yield from enumerate(fh, start=1)
 
 
+def _is_otlp_file(p: Path) -> bool:
+    return p.name.endswith((".json", ".json.gz"))
+
+
+def read_otlp_file(path: str | Path) -> tuple[list[TraceEvent], list[LineError]]:
+    """Parse one OTLP/JSON file — an `ExportTraceServiceRequest` per line (what the OpenTelemetry
+    Collector's file exporter writes) or one for the whole file — into the events of its runs, as the
+    server derives them (`runtime.otlp`: conventions read, runs assembled, context decisions
+    reconstructed). A refused span or an unreadable line is a `LineError`; the rest is read."""
+    from .otlp import (
+        OtlpDecodeError,
+        assemble_run,
+        decode_request,
+        events_for_run,
+        group_runs,
+        normalize_span,
+    )
+
+    p = Path(path)
+    spans: list[Any] = []
+    errors: list[LineError] = []
+    try:
+        opener = gzip.open if p.name.endswith(".gz") else open
+        with opener(p, "rb") as fh:
+            data = fh.read()
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        return [], [LineError(str(p), 0, f"cannot read file: {exc}")]
+    stripped = data.strip()
+    lines = (
+        [(1, stripped)]
+        if stripped.startswith(b"{") and b"\n{" not in stripped
+        else list(enumerate(data.splitlines(), start=1))
+    )
+    for number, raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            decoded = decode_request(raw, "application/json")
+        except OtlpDecodeError as exc:
+            errors.append(LineError(str(p), number, str(exc)))
+            continue
+        errors.extend(LineError(str(p), number, r["message"]) for r in decoded.rejections)
+        spans.extend(normalize_span(s) for s in decoded.spans)
+    events: list[TraceEvent] = []
+    for run_spans in group_runs(spans).values():
+        for ev in events_for_run(assemble_run(run_spans)):
+            try:
+                events.append(TraceEvent.from_dict(ev))
+            except TraceFormatError as exc:
+                errors.append(LineError(str(p), 0, exc.reason))
+    return events, errors
+
+
 def read_file(path: str | Path) -> tuple[list[TraceEvent], list[LineError]]:
-    """Parse one `.jsonl` / `.jsonl.gz` file. Bad lines are skipped and returned as `LineError`s
+    """Parse one `.jsonl` / `.jsonl.gz` file (an OTLP/JSON `.json` file: `read_otlp_file`). Bad lines are skipped and returned as `LineError`s
     (a UTF-8 BOM and CRLF line ends are accepted; blank lines are ignored). Never raises for content;
     a file that cannot be opened or decompressed yields one `LineError` with line 0 (or at the line
     where reading stopped)."""
     p = Path(path)
+    if _is_otlp_file(p):
+        return read_otlp_file(p)
     events: list[TraceEvent] = []
     errors: list[LineError] = []
     last = 0
@@ -236,12 +291,12 @@ def read_file(path: str | Path) -> tuple[list[TraceEvent], list[LineError]]:
 
 
 def _is_trace_file(p: Path) -> bool:
-    return p.is_file() and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.gz"))
+    return p.is_file() and (p.name.endswith((".jsonl", ".jsonl.gz")) or _is_otlp_file(p))
 
 
 def _stem(p: Path) -> str:
     name = p.name
-    for suffix in (".jsonl.gz", ".jsonl"):
+    for suffix in (".jsonl.gz", ".jsonl", ".json.gz", ".json"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
