@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
 from traces.models import (
+    ContextDecision,
     Pin,
     PrimitiveEvent,
     Project,
@@ -197,3 +198,59 @@ def step_changes(
         previous_label=previous_label,
         total_changed=len(changed),
     )
+
+
+#: At most this many compactions are listed on the run page (the fidelity map shows every step).
+COMPACTIONS_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class ContextChanges:
+    """Where a run's context lost or condensed content, from its decisions' reports (reconstructed
+    ones carry them: `runtime.reconstruct`): each compaction with its step, and each instruction no
+    longer seen, at the first step that no longer saw it."""
+
+    compactions: list[dict[str, Any]]
+    lost: list[dict[str, Any]]
+    more: bool
+
+
+def context_changes(run: Run, agent: str) -> ContextChanges:
+    """One query, bounded: the decisions of `agent` in `run` whose report names a compaction or a lost
+    instruction."""
+    rows = list(
+        ContextDecision.objects.filter(run=run, agent=agent)
+        .filter(Q(report__has_key="compaction") | Q(report__has_key="lost_instructions"))
+        .order_by("turn_number", "step_number")
+        .values_list("turn_number", "step_number", "report")[: COMPACTIONS_SHOWN + 1]
+    )
+    compactions: list[dict[str, Any]] = []
+    lost: list[dict[str, Any]] = []
+    for turn, step, report in rows[:COMPACTIONS_SHOWN]:
+        report = report if isinstance(report, dict) else {}
+        c = report.get("compaction")
+        if isinstance(c, dict):
+            compactions.append(
+                {
+                    "turn": turn,
+                    "step": step,
+                    "dropped": len(c.get("dropped") or []),
+                    "shortened": len(c.get("shortened") or []),
+                    "summarized": len(c.get("summarized") or []),
+                    "tokens_before": c.get("tokens_before"),
+                    "tokens_after": c.get("tokens_after"),
+                    "trigger": c.get("trigger") or "",
+                    "system_prompt_changed": bool(c.get("system_prompt_changed")),
+                }
+            )
+        for item in report.get("lost_instructions") or []:
+            if isinstance(item, dict):
+                lost.append(
+                    {
+                        "turn": turn,
+                        "step": step,
+                        "text": item.get("text") or "",
+                        "source": item.get("source") or "",
+                    }
+                )
+    return ContextChanges(compactions, lost, len(rows) > COMPACTIONS_SHOWN)

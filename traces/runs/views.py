@@ -111,6 +111,9 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     membership = membership_of(request.user, run.project.team_id)
     ctx.update(notes.note_perm_ctx(membership))
     ctx.update(sharing.share_panel_ctx(request, run, membership))
+    # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
+    # shows the fidelity map, which marks every drop).
+    ctx["changes"] = queries.context_changes(run, agent)
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
     # The map's own version: run.js fetches it again after a change of the live fragment, and the

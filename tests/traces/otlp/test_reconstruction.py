@@ -105,6 +105,10 @@ def test_a_pydantic_ai_history_processor_that_trims_shows_what_it_dropped(
     assert found == {"trim-1"}
     page = alice_client.get(run.turn_url(2)).content.decode()
     assert "Reconstructed from the messages the model received" in page
+    # The run page lists where the compaction happened and which instruction it lost, from which call.
+    overview = alice_client.get(run.get_absolute_url()).content.decode()
+    assert "Compactions and lost instructions" in overview
+    assert "<q>My budget is 4,000 EUR.</q>" in overview and "turn 2 · step 1" in overview
 
 
 def test_a_pydantic_ai_summary_stands_for_the_range_it_replaced(
