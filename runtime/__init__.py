@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._config import RuntimeConfig
 from ._http_sink import HttpBatchSink
+from ._otlp_sink import OtlpExportSink
 from ._primitives import CognitiveHandler, PinEntry, PinState
 from ._provider_types import Provider, ProviderResponse, ToolCall, Usage
 from ._providers import PRESETS, OpenAICompatibleProvider, ProviderTimeouts, ScriptedProvider
@@ -60,6 +61,7 @@ __all__ = [
     "MessageDecision",
     "MultiSink",
     "OpenAICompatibleProvider",
+    "OtlpExportSink",
     "PRESETS",
     "PinBlock",
     "PinEntry",

@@ -13,7 +13,7 @@ ArcanaRuntimeError                 base class: catch this to catch anything the 
 ├── OtlpDecodeError                an OTLP/HTTP request body cannot be read at all (HTTP 400)
 │   ├── OtlpContentTypeError       its content type is neither protobuf nor JSON (HTTP 415)
 │   └── OtlpBodyTooLargeError      it is (or inflates to) more than the size limit (HTTP 413)
-└── OtlpDependencyError            reading OTLP protobuf needs the `otlp` extra, not installed
+└── OtlpDependencyError            OTLP protobuf needs the `otlp` extra, OtlpExportSink `otlp-export`
 
 (An OTLP span that is wrong on its own is not an exception: `runtime.otlp.decode_request` keeps the
 valid spans and lists the refused ones in `DecodedRequest.rejections`.)
@@ -113,7 +113,9 @@ class OtlpBodyTooLargeError(OtlpDecodeError):
 
 class OtlpDependencyError(ArcanaRuntimeError, ImportError):
     """Raised when an OTLP protobuf body is read without the `protobuf` and `opentelemetry-proto`
-    packages (`pip install "arcana-console[otlp]"`). OTLP/JSON needs neither."""
+    packages (`pip install "arcana-console[otlp]"`; OTLP/JSON needs neither), or an `OtlpExportSink`
+    is made without `opentelemetry-sdk` and `opentelemetry-exporter-otlp-proto-http`
+    (`pip install "arcana-console[otlp-export]"`)."""
 
 
 # --------------------------------------------------------------------------------------------------

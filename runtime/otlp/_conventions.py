@@ -14,7 +14,9 @@ The one module that knows attribute names. It reads:
   `llm.token_count.*`, `llm.tools.N.tool.json_schema`, `tool.*`, `input.value` / `output.value` of
   TOOL spans, `agent.name`, `graph.node.*`, `session.id`;
 - Pydantic AI's and openai-agents' particular names (`agent_name`, `tool_arguments`,
-  `tool_response`; `handoff to <Agent>` spans).
+  `tool_response`; `handoff to <Agent>` spans);
+- our own `arcana.*` attributes and `arcana.event` span events (what our runtime's OTLP export adds:
+  context decisions, pins, primitive calls, numbering; docs/trace-format.md), into `arcana`.
 
 Every message ends in the GenAI "parts" form: `{"role", "parts": [...], "finish_reason"?}` with
 `text`, `tool_call` and `tool_call_response` parts; a part of any other type is kept as it came. A
@@ -222,6 +224,8 @@ def normalize_span(span: Span) -> NormalizedSpan:
     for prefix, group in indexed.items():
         _restore_group(rest, prefix, group)
 
+    arcana = _arcana(rest, other_events, unparsed)
+
     # Models, provider, response.
     request_model = _str(pop("gen_ai.request.model", None))
     response_model = _str(pop("gen_ai.response.model", None))
@@ -360,6 +364,7 @@ def normalize_span(span: Span) -> NormalizedSpan:
         "tool": tool,
         "error": error,
         "unparsed": unparsed,
+        "arcana": arcana,
         "other_attributes": rest,
         "other_events": other_events,
         "resource": span["resource"],
@@ -368,6 +373,42 @@ def normalize_span(span: Span) -> NormalizedSpan:
 
 
 _EXCEPTION_KEYS = frozenset({"exception.type", "exception.message", "exception.stacktrace"})
+
+# --------------------------------------------------------------------------------------------------
+# Our runtime's attributes (`arcana.*`, docs/trace-format.md "OTLP export")
+
+#: `arcana.*` attributes that hold JSON text (the others are plain values).
+ARCANA_JSON = frozenset(
+    {
+        "context_decision",
+        "pins",
+        "messages",
+        "budget_snapshot",
+        "llm_call",
+        "error",
+        "tool_call",
+        "primitive.args",
+        "primitive.result",
+    }
+)
+
+
+def _arcana(rest: dict[str, Any], other_events: list[Event], unparsed: list[str]) -> dict[str, Any] | None:
+    """The span's `arcana.*` attributes (prefix dropped, JSON ones parsed) and its `arcana.event`
+    span events (`events`: each one's parsed `arcana.event` attribute), taken out of `rest` /
+    `other_events`; None when the span has neither (it was not exported by our runtime)."""
+    out: dict[str, Any] = {}
+    for key in [k for k in rest if k.startswith("arcana.")]:
+        name = key[7:]
+        value = rest.pop(key)
+        out[name] = _json_or_text(value, key, unparsed) if name in ARCANA_JSON else value
+    events = [e for e in other_events if e["name"] == "arcana.event"]
+    if events:
+        other_events[:] = [e for e in other_events if e["name"] != "arcana.event"]
+        out["events"] = [
+            _json_or_text(e["attributes"].get("arcana.event"), "event:arcana.event", unparsed) for e in events
+        ]
+    return out or None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,6 +22,12 @@ and one `context_decision` per step **reconstructed** from the messages each cal
 `origin = "reconstructed"` on the decision and its rows, the step's compaction and the instructions
 it no longer saw in `context_report`. What spans do not carry (pins, recalls) is not invented: those
 events are absent, and the pages say so.
+
+A model call exported by our own runtime (`runtime.OtlpExportSink`) carries `arcana.*` attributes:
+its step is written by `_recorded_step` instead, as our runtime wrote it to JSONL — the recorded
+context decision (`_recorded_decision`), the prompt snapshot in our message shape, the `turn` event's
+facts and new messages, `cognitive_primitive` events for primitive calls, our turn / step numbering
+and agents (docs/trace-format.md, "OTLP export"); nothing of it is reconstructed.
 """
 
 from __future__ import annotations
@@ -151,8 +157,13 @@ class _Writer:
         ns: int,
         position: tuple[int, int, str | None],
         metadata: dict[str, Any],
+        *,
+        recorded: bool = False,
         **envelope: Any,
     ) -> None:
+        """One event. `recorded`: a step our runtime exported, numbered as its `TraceWriter` does
+        (`turn` / `step` ours, but the LLM iteration where arcana-agent 1.2's CLI reads it), its pool
+        agent named whenever the span named one."""
         turn, step, agent = position
         md: dict[str, Any] = {
             "producer": OTLP_PRODUCER,
@@ -161,7 +172,10 @@ class _Writer:
             "console_turn": turn,
             "console_step": step,
         }
-        if self.many_agents and agent:
+        if recorded:
+            md["turn"] = self.iteration if event_type in ("context_decision", "prompt_snapshot") else turn
+            md["step"] = self.iteration if event_type == "turn" else step
+        if (self.many_agents or recorded) and agent:
             md["source_agent"] = agent
         md.update(metadata)
         event: dict[str, Any] = {name: None for name in _ENVELOPE_NULLS}
@@ -268,7 +282,7 @@ def _reconstruction(run: OtlpRun) -> Reconstruction | None:
     carries its input messages (or they cannot be read)."""
     calls = []
     for step in run["steps"]:
-        if step["input_messages"] is None:
+        if step["input_messages"] is None or _recorded(step):
             continue
         usage: dict[str, Any] = dict(step["usage"] or {})
         calls.append(
@@ -421,11 +435,255 @@ def _step(
 
 def events_for_run(run: OtlpRun, run_id: str | None = None) -> list[dict[str, Any]]:
     """The trace events of `run` (see the module docstring), in step order. `run_id` defaults to
-    `run_id_for(run["run_key"])`."""
+    `run_id_for(run["run_key"])`. A step whose span carries our `arcana.*` attributes is written as
+    recorded (`_recorded_step`), any other from its GenAI attributes alone (`_step`)."""
     w = _Writer(run_id or run_id_for(run["run_key"]), len(run["agents"]))
     rec = _reconstruction(run)
     spine: str | None = None
+    spines: dict[str | None, str] = {}  # recorded steps: the previous step of the same agent
     for turn in run["turns"]:
         for number, index in enumerate(turn["steps"], start=1):
-            spine = _step(w, run, turn, number, run["steps"][index], spine, rec)
+            step = run["steps"][index]
+            if _recorded(step):
+                spine = spines[step["agent"]] = _recorded_step(w, step, spines.get(step["agent"]))
+            else:
+                spine = _step(w, run, turn, number, step, spine, rec)
+        _recorded_turn_events(w, run, turn)
     return w.events
+
+
+# --------------------------------------------------------------------------------------------------
+# Steps our runtime exported (`arcana.*`): the events it wrote to JSONL, again
+
+
+def _recorded(step: OtlpStep) -> bool:
+    a = step["arcana"]
+    return a is not None and isinstance(a.get("turn"), int) and isinstance(a.get("step"), int)
+
+
+def _recorded_decision(step: OtlpStep) -> dict[str, Any] | None:
+    """The `context_decision` metadata our runtime recorded for this step (`arcana.context_decision`),
+    or None: a span without it (another framework's, or ours with no decision) has none recorded.
+    (Decisions reconstructed from the messages, for spans without `arcana.*`, belong beside this.)"""
+    decision = (step["arcana"] or {}).get("context_decision")
+    return dict(decision) if isinstance(decision, dict) and "context_decision" in decision else None
+
+
+def _arcana_message(m: Message) -> dict[str, Any]:
+    """A parts-form message back in our prompt snapshot's shape (`runtime._otlp_sink.message_parts`
+    is the other way): one text part is the content as it was, tool results carry their call id."""
+    parts = m.get("parts") or []
+    texts = [p.get("content") for p in parts if p.get("type") == "text"]
+    content: Any = texts[0] if len(texts) == 1 else ("\n\n".join(map(_text, texts)) if texts else None)
+    tool_call_id = m.get("tool_call_id")
+    for p in parts:
+        if p.get("type") == "tool_call_response":
+            tool_call_id, content = p.get("id"), p.get("result")
+    calls = [
+        {"id": p.get("id"), "name": p.get("name"), "arguments": p.get("arguments")}
+        for p in parts
+        if p.get("type") == "tool_call"
+    ]
+    return {
+        "role": m.get("role"),
+        "content": content,
+        "name": m.get("name"),
+        "tool_call_id": tool_call_id,
+        "tool_calls": calls or None,
+        "cache_control": None,
+    }
+
+
+def _openai_tool(tool: Any) -> Any:
+    """A GenAI tool definition (`{"type": "function", "name", ...}`) in the OpenAI shape we send."""
+    if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
+        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+    return tool
+
+
+def _recorded_snapshot(step: OtlpStep, turn: int, number: int) -> dict[str, Any] | None:
+    if step["input_messages"] is None:
+        return None
+    system = step["system_instructions"]
+    messages = [_arcana_message({"role": "system", "parts": system})] if system else []
+    messages += [_arcana_message(m) for m in step["input_messages"]]
+    return {
+        "turn": turn,
+        "step": number,
+        "model": step["request_model"] or step["model"],
+        "messages": messages,
+        "tools": [_openai_tool(t) for t in step["tool_definitions"] or []],
+        "response_format": None,
+        "budget_snapshot": (step["arcana"] or {}).get("budget_snapshot"),
+    }
+
+
+def _recorded_facts(step: OtlpStep) -> dict[str, Any]:
+    """The `turn` event's `facts` and `assessment` as our session writes them."""
+    parts = [p for m in step["output_messages"] or [] for p in m.get("parts") or []]
+    texts = [p.get("content") for p in parts if p.get("type") == "text"]
+    text: Any = texts[0] if len(texts) == 1 else ("\n\n".join(map(_text, texts)) if texts else None)
+    calls = [
+        {"id": p.get("id"), "name": p.get("name"), "arguments": p.get("arguments")}
+        for p in parts
+        if p.get("type") == "tool_call"
+    ]
+    finish = next((m["finish_reason"] for m in step["output_messages"] or [] if m.get("finish_reason")), None)
+    finish = finish or next(iter(step["finish_reasons"] or []), None)
+    usage = _usage(step)
+    call = (step["arcana"] or {}).get("llm_call")
+    reported = call.get("metadata", {}).get("usage") if isinstance(call, dict) else None
+    if isinstance(reported, dict) and isinstance(reported.get("total_tokens"), int):
+        usage["total_tokens"] = reported["total_tokens"]  # the provider's total, not input + output
+    assessment: dict[str, Any]
+    if calls or not text:
+        assessment = {"completed": False, "failed": not calls, "needs_clarification": False, "answer": None}
+        assessment |= {"completion_reason": None if calls else "empty_response", "confidence": 0.0}
+    else:
+        natural = finish in (None, "stop")
+        assessment = {"completed": True, "failed": False, "needs_clarification": False, "answer": text}
+        assessment |= {
+            "completion_reason": "natural_stop" if natural else finish,
+            "confidence": 0.85 if natural else 0.5,
+        }
+    facts = {
+        "assistant_text": text,
+        "tool_calls": calls,
+        "usage": {
+            "prompt_tokens": usage["prompt_tokens"],
+            "completion_tokens": usage["completion_tokens"],
+            "total_tokens": usage["total_tokens"],
+            "cache_creation_input_tokens": None,
+            "cache_read_input_tokens": None,
+            "cached_tokens": usage["cached_tokens"],
+        },
+        "finish_reason": finish,
+        "thinking": None,
+        "provider_metadata": {},
+    }
+    return {"facts": facts, "assessment": assessment}
+
+
+def _whole(w: _Writer, event: Any, event_id: str, parent: str | None, ns: int, pos: _Pos) -> None:
+    """An event our runtime exported whole (`arcana.event`, `arcana.error`, `arcana.llm_call`),
+    written again: its type, metadata and envelope fields as they were."""
+    if not isinstance(event, dict) or not isinstance(event.get("event_type"), str):
+        return
+    metadata = event.get("metadata")
+    envelope = {k: event[k] for k in _ENVELOPE_NULLS if k in event}
+    md = dict(metadata) if isinstance(metadata, dict) else {}
+    w.emit(event["event_type"], event_id, parent, ns, pos, md, recorded=True, **envelope)
+
+
+_Pos = tuple[int, int, str | None]
+
+
+def _recorded_step(w: _Writer, step: OtlpStep, spine: str | None) -> str:
+    """A step our runtime exported, as the events it wrote to JSONL (in its order): a summarizer's
+    calls, the context decision, the prompt snapshot, the answer (`turn`, `llm_call`), the primitive
+    and tool calls, an error. Ids and times are the spans'."""
+    w.iteration += 1
+    a = step["arcana"] or {}
+    turn, number = int(a["turn"]), int(a["step"])
+    pos: _Pos = (turn, number, step["agent"])
+    step_id = f"otlp-{step['trace_id']}-{step['span_id']}"
+    start, end = step["start_time"], step["end_time"]
+    extras = [e for e in a.get("events") or [] if isinstance(e, dict)]
+    for n, event in enumerate(extras):
+        if event.get("event_type") in ("llm_call", "error"):  # the builder's summary calls come first
+            _whole(w, event, f"{step_id}-event-{n}", step_id, start, pos)
+    decision = _recorded_decision(step)
+    if decision is not None:
+        w.emit("context_decision", f"{step_id}-decision", step_id, start, pos, decision, recorded=True)
+    snapshot = _recorded_snapshot(step, turn, number)
+    if snapshot is not None:
+        w.emit(
+            "prompt_snapshot", f"{step_id}-input", step_id, start, pos, {"prompt_snapshot": snapshot},
+            recorded=True, model=snapshot["model"],
+        )  # fmt: skip
+    latency = max(0, (end - start) // 1_000_000)
+    if step["output_messages"] is not None:
+        stop = (
+            {"stop_reason": a["stop_reason"], "stop_detail": a.get("stop_detail")}
+            if a.get("stop_reason")
+            else {}
+        )
+        metadata: dict[str, Any] = {
+            "messages": a.get("messages") if isinstance(a.get("messages"), list) else []
+        }
+        metadata |= _recorded_facts(step)
+        metadata["trace_privacy"] = {
+            "turn_content": "raw",
+            "contains_raw_content": True,
+            "reason": "history_rebuildable_from_trace",
+        }
+        metadata["otlp"] = {"trace_id": step["trace_id"], "span_id": step["span_id"]}
+        w.emit(
+            "turn", step_id, spine, end, pos, metadata, recorded=True, model=step["model"],
+            llm_latency_ms=latency, **stop,
+        )  # fmt: skip
+        total = metadata["facts"]["usage"]["total_tokens"]
+        if isinstance(a.get("llm_call"), dict):
+            _whole(w, a["llm_call"], f"{step_id}-call", step_id, end, pos)
+        else:
+            w.emit(
+                "llm_call", f"{step_id}-call", step_id, end, pos,
+                {"provider": step["provider"], "purpose": "chat", "usage": _usage(step), "latency_ms": latency},
+                recorded=True, model=step["model"], llm_latency_ms=latency,
+                budgets={"tokens_used": total},
+            )  # fmt: skip
+    for n, call in enumerate(step["tool_calls"], start=1):
+        _recorded_tool(w, call, f"{step_id}-tool-{n}", step_id, end, pos)
+    if a.get("error") is not None:
+        _whole(w, a["error"], f"{step_id}-error", step_id, end, pos)
+    for n, event in enumerate(extras):
+        if event.get("event_type") not in ("llm_call", "error"):
+            _whole(w, event, f"{step_id}-event-{n}", step_id, end, pos)
+    return step_id
+
+
+def _recorded_tool(w: _Writer, call: OtlpToolCall, event_id: str, step_id: str, ns: int, pos: _Pos) -> None:
+    """A tool span our runtime exported: a primitive call, a tool call, or an unknown tool's error.
+    A call the model asked for with no span (yet) writes nothing, as our runtime writes nothing
+    for a call it did not run."""
+    a = call["arcana"]
+    if a is None:
+        return
+    ns = call["end_time"] or ns
+    if isinstance(a.get("primitive"), str):
+        metadata: dict[str, Any] = {
+            "primitive": a["primitive"],
+            "args": a.get("primitive.args"),
+            "result": a.get("primitive.result"),
+            "tool_call_id": call["call_id"],
+        }
+        for key in ("tokens", "raw_arguments"):
+            if a.get(f"primitive.{key}") is not None:
+                metadata[key] = a[f"primitive.{key}"]
+        w.emit("cognitive_primitive", event_id, step_id, ns, pos, metadata, recorded=True)
+    elif isinstance(a.get("tool_call"), dict):
+        arguments = call["arguments"]
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                pass
+        metadata = {"tool_call_id": call["call_id"], "arguments": arguments, "result": call["result"]}
+        w.emit("tool_call", event_id, step_id, ns, pos, metadata, recorded=True, tool_call=a["tool_call"])
+    elif a.get("error") is not None:
+        _whole(w, a["error"], event_id, step_id, ns, pos)
+
+
+def _recorded_turn_events(w: _Writer, run: OtlpRun, turn: OtlpTurn) -> None:
+    """Events our runtime exported on a turn's own span (a `state_change` that ended it), after its
+    steps, numbered as the turn's last recorded step."""
+    a = turn["arcana"]
+    last = next((run["steps"][i] for i in reversed(turn["steps"]) if _recorded(run["steps"][i])), None)
+    if a is None or last is None or not a.get("events"):
+        return
+    la = last["arcana"] or {}
+    pos: _Pos = (int(la["turn"]), int(la["step"]), last["agent"])
+    step_id = f"otlp-{last['trace_id']}-{last['span_id']}"
+    spine = step_id
+    for n, event in enumerate(a["events"]):
+        _whole(w, event, f"{step_id}-turn-{n}", spine, turn["end_time"], pos)

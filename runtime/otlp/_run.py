@@ -192,6 +192,10 @@ def assemble_run(spans: Iterable[NormalizedSpan]) -> OtlpRun:
                 "error": s["error"],
                 "tool_calls": [],
                 "nested_in": enclosing,
+                "provider": s["provider"],
+                "request_model": s["request_model"],
+                "tool_definitions": s["tool_definitions"],
+                "arcana": s["arcana"],
             }
         )
 
@@ -255,6 +259,7 @@ def assemble_run(spans: Iterable[NormalizedSpan]) -> OtlpRun:
                 "user_message": _last_user_message(first["input_messages"]) if first else None,
                 "steps": t.steps,
                 "error": t.error,
+                "arcana": t.arcana,
             }
         )
 
@@ -274,6 +279,7 @@ def assemble_run(spans: Iterable[NormalizedSpan]) -> OtlpRun:
                     "error": None,
                     "start_time": None,
                     "end_time": None,
+                    "arcana": None,
                 }
                 step["tool_calls"].append(call)
                 if call["call_id"]:
@@ -310,11 +316,13 @@ def assemble_run(spans: Iterable[NormalizedSpan]) -> OtlpRun:
                 "error": None,
                 "start_time": None,
                 "end_time": None,
+                "arcana": None,
             }
             (host["tool_calls"] if host is not None else unattached).append(target)
         target["span_id"] = s["span_id"]
         target["start_time"], target["end_time"] = s["start_time"], s["end_time"]
         target["error"] = s["error"]
+        target["arcana"] = s["arcana"]
         if target["name"] is None:
             target["name"] = tool["name"]
         if target["arguments"] is None:
@@ -368,6 +376,7 @@ class _TurnDraft:
         self.start_time = first["start_time"]
         self.end_time = first["end_time"]
         self.error: ErrorInfo | None = first["error"] if span_id is not None else None
+        self.arcana = first["arcana"] if span_id is not None else None
         self.steps: list[int] = []
 
     def sort_key(self) -> tuple[int, str, str, list[int]]:

@@ -240,6 +240,7 @@ class NormalizedSpan(TypedDict):
     tool: ToolInfo | None
     error: ErrorInfo | None
     unparsed: list[str]
+    arcana: dict[str, Any] | None  # our runtime's `arcana.*` attributes, prefix dropped (None: none)
     other_attributes: dict[str, Any]
     other_events: list[Event]
     resource: dict[str, Any]
@@ -263,6 +264,7 @@ class OtlpToolCall(TypedDict):
     error: ErrorInfo | None
     start_time: int | None  # of the tool span
     end_time: int | None
+    arcana: dict[str, Any] | None  # of the tool span
 
 
 class OtlpStep(TypedDict):
@@ -286,6 +288,10 @@ class OtlpStep(TypedDict):
     error: ErrorInfo | None
     tool_calls: list[OtlpToolCall]
     nested_in: int | None
+    provider: str | None
+    request_model: str | None
+    tool_definitions: list[Any] | None
+    arcana: dict[str, Any] | None  # `arcana.*` of the model call's span: recorded by our runtime
 
 
 class OtlpTurn(TypedDict):
@@ -302,6 +308,7 @@ class OtlpTurn(TypedDict):
     user_message: Message | None
     steps: list[int]
     error: ErrorInfo | None
+    arcana: dict[str, Any] | None  # of the agent span
 
 
 class OtlpAgent(TypedDict):

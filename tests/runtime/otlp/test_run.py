@@ -198,6 +198,7 @@ def test_it_assembles_turns_steps_tools_and_subagents() -> None:
         "error": None,
         "start_time": 210,
         "end_time": 260,
+        "arcana": None,  # no `arcana.*` attribute: not exported by our runtime
     }
     [helper] = run["steps"][2]["tool_calls"]
     assert (helper["span_id"], helper["result"]) == (f"{7:016x}", "Sub answer")  # result from the next input
