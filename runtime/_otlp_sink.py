@@ -87,7 +87,7 @@ def message_parts(m: Mapping[str, Any]) -> dict[str, Any]:
     """One message of ours (OpenAI chat shape, or the snapshot's flattened `tool_calls`) in the GenAI
     parts form, losslessly: content as one text part (None: none), each tool call a `tool_call` part
     (arguments as sent), a tool message's content a `tool_call_response` part; `name` kept on the
-    message. `runtime.otlp` reads it back (`_events._arcana_message`)."""
+    message. `runtime.otlp` reads it back (`_recorded`)."""
     role = m.get("role")
     parts: list[dict[str, Any]] = []
     content = m.get("content")

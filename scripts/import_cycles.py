@@ -1,5 +1,7 @@
 """List import circles between the modules of `traces/` (lazy imports inside functions count too;
-imports under `if TYPE_CHECKING:` do not).
+imports under `if TYPE_CHECKING:` do not), and every import of another module's `_private` name in
+`runtime/` and `traces/` (a private module is fine: `from . import _json_text`; a private name is
+not: `from .slots import _Slot`).
 
     $ .venv/bin/python scripts/import_cycles.py      # exit 1 when a circle is found
 """
@@ -96,13 +98,40 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def private_imports(folders: tuple[str, ...] = ("runtime", "traces")) -> list[str]:
+    """`file:line: name` for each `from module import _name` where `_name` is not a module."""
+    found: list[str] = []
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                    continue
+                base = path.parent
+                if node.level:
+                    for _ in range(node.level - 1):
+                        base = base.parent
+                    target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+                else:
+                    target = ROOT.joinpath(*(node.module or "").split("."))
+                for alias in node.names:
+                    name = alias.name
+                    is_module = (target / f"{name}.py").exists() or (target / name / "__init__.py").exists()
+                    if name.startswith("_") and not name.startswith("__") and not is_module:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: imports private {name}")
+    return found
+
+
 def main() -> int:
     found = cycles(graph())
     for component in found:
         print("import circle: " + " <-> ".join(component))
     if not found:
         print("no import circle in traces/")
-    return 1 if found else 0
+    private = private_imports()
+    print("\n".join(private) if private else "no import of another module's private name")
+    return 1 if found or private else 0
 
 
 if __name__ == "__main__":

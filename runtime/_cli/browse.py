@@ -16,22 +16,22 @@ from ..facts import run_outcome, step_failure, turn_outcome
 from .command import Command
 from .formatting import (
     UNRECORDED_CALL,
-    _changed,
-    _decision,
-    _decision_row_compact,
-    _dict,
-    _event_detail,
-    _is_arcana,
-    _list,
-    _num,
-    _pin_line,
-    _step_model,
-    _tool_outcome,
-    _ts,
-    _where,
+    as_dict,
+    as_list,
+    as_num,
+    changed,
+    decision,
+    decision_row_compact,
+    event_detail,
+    is_arcana,
     pin_blocks,
+    pin_line,
     primitive_line,
+    step_model,
+    tool_outcome,
+    ts,
     unrecorded_calls,
+    where,
 )
 
 
@@ -107,7 +107,7 @@ def cmd_show(c: Command) -> int:
     rid = c.run_id()
     files = c.reader.files_of(rid)
     norm = c.reader.normalized(rid)
-    arcana = _is_arcana(norm[0] if norm else None)
+    arcana = is_arcana(norm[0] if norm else None)
     if c.args.agent:
         c.agent_turns(rid)  # validates the name
         norm = [ne for ne in norm if ne.agent == c.args.agent]
@@ -118,7 +118,7 @@ def cmd_show(c: Command) -> int:
         for ne in norm
         if not wanted
         or ne.event_type in wanted
-        or ("error" in wanted and ne.event_type == "tool_call" and _dict(ne.event.tool_call).get("error"))
+        or ("error" in wanted and ne.event_type == "tool_call" and as_dict(ne.event.tool_call).get("error"))
     ]
     total = len(c.reader.normalized(rid))
     pins = c.reader.pins(rid)
@@ -148,9 +148,7 @@ def cmd_show(c: Command) -> int:
     c.out.line()
     for ne in shown:
         ev = ne.event
-        c.out.line(
-            f"{ne.index:>3}. {ev.event_type:<21} {_ts(ev)}  {_event_detail(ev)}{_where(ne, with_agent)}"
-        )
+        c.out.line(f"{ne.index:>3}. {ev.event_type:<21} {ts(ev)}  {event_detail(ev)}{where(ne, with_agent)}")
         if ev.event_type == "context_decision" and c.args.context:
             sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
             _context_lines(c, ev, sv, pins, arcana)
@@ -185,29 +183,29 @@ def _show_json(
 def _context_lines(
     c: Command, ev: TraceEvent, sv: StepView | None, pins: list[PinLifetime], arcana: bool
 ) -> None:
-    cd = _decision(ev)
+    cd = decision(ev)
     pad = "       "
     explanation = cd.get("explanation") or ev.metadata.get("explanation")
     if explanation:
         c.out.line(pad + str(explanation))
     c.out.line(
-        f"{pad}messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
-        f"({_changed(ev)}) · budget "
-        f"{_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
+        f"{pad}messages: {as_num(cd.get('messages_in'))} → {as_num(cd.get('messages_out'))} "
+        f"({changed(ev)}) · budget "
+        f"{as_num(cd.get('budget_used'))}/{as_num(cd.get('budget_total'))}"
     )
-    for d in _list(cd.get("decisions")):
+    for d in as_list(cd.get("decisions")):
         if isinstance(d, dict) and not (d.get("reason") == "pinned" or d.get("pinned") is True):
-            c.out.line(pad + _decision_row_compact(d))
+            c.out.line(pad + decision_row_compact(d))
     if sv is not None:
         for b in pin_blocks(sv, [p for p in pins if p.agent == sv.agent], arcana=arcana):
-            c.out.line(pad + _pin_line(b))
+            c.out.line(pad + pin_line(b))
 
 
 def cmd_flow(c: Command) -> int:
     rid = c.run_id()
     files = c.reader.files_of(rid)
     turns = c.agent_turns(rid)
-    arcana = _is_arcana(c.first(rid))
+    arcana = is_arcana(c.first(rid))
     agents: list[str | None] = []
     for tv in turns:
         if tv.agent not in agents:
@@ -229,20 +227,20 @@ def cmd_flow(c: Command) -> int:
             status = _turn_status(tv)
             c.out.line(f"  Turn {tv.turn}" + (f" ({status})" if status else ""))
             for sv in tv.steps:
-                cd = _decision(sv.context_decision)
+                cd = decision(sv.context_decision)
                 c.out.line(
-                    f"    step {sv.step}  {_step_model(sv) or '?'}  {cd.get('strategy') or '-'} "
-                    f"{_num(cd.get('messages_in'))}→{_num(cd.get('messages_out'))} messages"
+                    f"    step {sv.step}  {step_model(sv) or '?'}  {cd.get('strategy') or '-'} "
+                    f"{as_num(cd.get('messages_in'))}→{as_num(cd.get('messages_out'))} messages"
                 )
                 children: list[tuple[int, str]] = []
                 for ev in sv.primitive_calls:
                     prim, text, ok = primitive_line(ev)
                     children.append((_index_of(sv, ev), f"{'✓' if ok else '✗'} {prim} {text}"))
                 for ev in sv.tool_calls:
-                    name, text, ok = _tool_outcome(ev)
+                    name, text, ok = tool_outcome(ev)
                     children.append((_index_of(sv, ev), f"{'✓' if ok else '✗'} tool {name} {text}".rstrip()))
                 for ev in sv.errors:
-                    children.append((_index_of(sv, ev), f"✗ error {_event_detail(ev)}"))
+                    children.append((_index_of(sv, ev), f"✗ error {event_detail(ev)}"))
                 turn_index = _index_of(sv, sv.turn_event) if sv.turn_event is not None else 0
                 for name in unrecorded_calls(sv):
                     children.append((turn_index, f"✗ tool {name}  {UNRECORDED_CALL}"))
@@ -281,16 +279,16 @@ def _flow_turn_json(tv: TurnView) -> dict[str, Any]:
             {
                 "step": sv.step,
                 "step_id": sv.step_id,
-                "model": _step_model(sv),
+                "model": step_model(sv),
                 "primitive_calls": [
                     {"primitive": p, "summary": s, "ok": ok}
                     for p, s, ok in (primitive_line(ev) for ev in sv.primitive_calls)
                 ],
                 "tool_calls": [
                     {"name": n, "summary": s, "ok": ok}
-                    for n, s, ok in (_tool_outcome(ev) for ev in sv.tool_calls)
+                    for n, s, ok in (tool_outcome(ev) for ev in sv.tool_calls)
                 ],
-                "errors": [_event_detail(ev) for ev in sv.errors],
+                "errors": [event_detail(ev) for ev in sv.errors],
                 "unrecorded_calls": unrecorded_calls(sv),
             }
             for sv in tv.steps

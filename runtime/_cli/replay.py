@@ -19,21 +19,21 @@ from .formatting import (
     PREVIEW,
     SNAPSHOT_HINT,
     UNRECORDED_CALL,
-    _changed,
-    _decision,
-    _dict,
-    _is_arcana,
-    _list,
-    _message_text,
-    _num,
-    _pin_line,
-    _report,
-    _snapshot,
-    _step_model,
-    _tool_names,
-    _tool_outcome,
+    as_dict,
+    as_list,
+    as_num,
+    changed,
+    decision,
+    is_arcana,
+    message_text,
     pin_blocks,
+    pin_line,
     primitive_line,
+    report,
+    snapshot_of,
+    step_model,
+    tool_names,
+    tool_outcome,
     unrecorded_calls,
 )
 
@@ -71,8 +71,8 @@ def _turn_table(c: Command, turns: list[TurnView], pins: list[PinLifetime]) -> N
     rows = []
     for tv in turns:
         first = tv.steps[0]
-        cd = _decision(first.context_decision)
-        last = _decision(tv.steps[-1].context_decision)
+        cd = decision(first.context_decision)
+        last = decision(tv.steps[-1].context_decision)
         n_active = len(active_pins([p for p in pins if p.agent == tv.agent], tv.turn))
         rows.append(
             [
@@ -80,7 +80,7 @@ def _turn_table(c: Command, turns: list[TurnView], pins: list[PinLifetime]) -> N
                 tv.agent or "-",
                 len(tv.steps),
                 cd.get("strategy") or "-",
-                f"{_num(cd.get('messages_in'))} → {_num(last.get('messages_out'))}",
+                f"{as_num(cd.get('messages_in'))} → {as_num(last.get('messages_out'))}",
                 n_active,
                 "yes" if any(sv.prompt_snapshot for sv in tv.steps) else "no",
             ]
@@ -98,7 +98,7 @@ def cmd_replay(c: Command) -> int:
     rid = c.run_id()
     files = c.reader.files_of(rid)
     turns = c.agent_turns(rid)
-    arcana = _is_arcana(c.first(rid))
+    arcana = is_arcana(c.first(rid))
     pins_all = c.reader.pins(rid, c.args.agent)
     if c.args.turn is None and turns:
         # Listing the turns is what `replay` without `--turn` is for (issue 5), not a usage error.
@@ -135,10 +135,10 @@ def cmd_replay(c: Command) -> int:
                         {
                             "step": sv.step,
                             "step_id": sv.step_id,
-                            "context_decision": _decision(sv.context_decision) or None,
-                            "context_report": _report(sv.context_decision) or None,
+                            "context_decision": decision(sv.context_decision) or None,
+                            "context_report": report(sv.context_decision) or None,
                             "pinned_blocks": pin_blocks(sv, pins, arcana=arcana),
-                            "prompt_snapshot": _snapshot(sv.prompt_snapshot) or None,
+                            "prompt_snapshot": snapshot_of(sv.prompt_snapshot) or None,
                         }
                         for sv in steps
                     ],
@@ -166,8 +166,8 @@ def _replay_text(
         head += f" | agent={tv.agent}"
     c.out.line(head + f" | {len(tv.steps)} step{'s' if len(tv.steps) != 1 else ''}")
     for sv in steps:
-        cd = _decision(sv.context_decision)
-        rep = _report(sv.context_decision)
+        cd = decision(sv.context_decision)
+        rep = report(sv.context_decision)
         util = rep.get("utilization")
         util_text = f"{util:.2%}" if isinstance(util, int | float) and not isinstance(util, bool) else "?"
         c.out.line()
@@ -182,21 +182,21 @@ def _replay_text(
                 explanation = cd.get("explanation") or (event.metadata.get("explanation") if event else None)
                 c.out.line("  " + str(explanation or ""))
                 c.out.line(
-                    f"  messages: {_num(cd.get('messages_in'))} → {_num(cd.get('messages_out'))} "
-                    f"({_changed(sv.context_decision)}) · "
-                    f"budget {_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
+                    f"  messages: {as_num(cd.get('messages_in'))} → {as_num(cd.get('messages_out'))} "
+                    f"({changed(sv.context_decision)}) · "
+                    f"budget {as_num(cd.get('budget_used'))}/{as_num(cd.get('budget_total'))}"
                 )
                 rows = []
-                for d in _list(cd.get("decisions")):
+                for d in as_list(cd.get("decisions")):
                     if not isinstance(d, dict) or d.get("reason") == "pinned" or d.get("pinned") is True:
                         continue
                     score = d.get("relevance_score")
                     rows.append(
                         [
-                            _num(d.get("index")),
+                            as_num(d.get("index")),
                             d.get("role") or "?",
                             d.get("outcome") or "?",
-                            f"{_num(d.get('token_count_before')):>5} → {_num(d.get('token_count_after'))}",
+                            f"{as_num(d.get('token_count_before')):>5} → {as_num(d.get('token_count_after'))}",
                             d.get("reason") or "",
                             d.get("fidelity") or "-",
                             f"{score:.2f}"
@@ -216,7 +216,7 @@ def _replay_text(
                 if blocks:
                     c.out.line("  pinned blocks:")
                     for b in blocks:
-                        c.out.line("  " + _pin_line(b))
+                        c.out.line("  " + pin_line(b))
         if not c.args.decision_only:
             c.out.line()
             _snapshot_text(c, sv, arcana)
@@ -227,18 +227,18 @@ def _replay_text(
 
 
 def _snapshot_text(c: Command, sv: StepView, arcana: bool) -> None:
-    ps = _snapshot(sv.prompt_snapshot)
+    ps = snapshot_of(sv.prompt_snapshot)
     if not ps:
         c.out.line(ARCANA_SNAPSHOT_HINT if arcana else SNAPSHOT_HINT)
         return
-    messages = [_dict(m) for m in _list(ps.get("messages"))]
+    messages = [as_dict(m) for m in as_list(ps.get("messages"))]
     c.out.line(
         f"Prompt snapshot (model={ps.get('model') or (sv.prompt_snapshot.model if sv.prompt_snapshot else None) or '?'})"
     )
     c.out.line(f"  messages ({len(messages)}):")
     for i, m in enumerate(messages):
-        c.out.line(f"    [{i:>3}] {str(m.get('role') or '?'):<9} {one_line(_message_text(m), PREVIEW)}")
-    names = _tool_names(_list(ps.get("tools")))
+        c.out.line(f"    [{i:>3}] {str(m.get('role') or '?'):<9} {one_line(message_text(m), PREVIEW)}")
+    names = tool_names(as_list(ps.get("tools")))
     c.out.line(f"  tools ({len(names)}): {', '.join(names) if names else '-'}")
 
 
@@ -268,7 +268,7 @@ def _active_pins_text(
             [
                 p.pin_id,
                 p.label if p.label is not None else "-",
-                _num(p.tokens, "?"),
+                as_num(p.tokens, "?"),
                 p.created_turn,
                 _pin_until(p),
             ]
@@ -305,7 +305,7 @@ def cmd_explain(c: Command) -> int:
     rid = c.run_id()
     files = c.reader.files_of(rid)
     turns = c.agent_turns(rid)
-    arcana = _is_arcana(c.first(rid))
+    arcana = is_arcana(c.first(rid))
     chosen = _turn_or_fail(c, rid, turns, c.args.turn)
     pins_all = c.reader.pins(rid, c.args.agent)
     payload: list[dict[str, Any]] = []
@@ -315,7 +315,7 @@ def cmd_explain(c: Command) -> int:
         if c.as_json:
             payload.append(_explain_json(tv, pins, active, arcana))
             continue
-        model = next((m for m in (_step_model(sv) for sv in tv.steps) if m), None)
+        model = next((m for m in (step_model(sv) for sv in tv.steps) if m), None)
         c.out.line(
             f"Turn {tv.turn}{_iteration_note(arcana, tv.turn)} — run {rid} · model {model or '?'}"
             + (f" · agent {tv.agent}" if tv.agent else "")
@@ -343,28 +343,28 @@ def _explain_step(c: Command, sv: StepView, pins: list[PinLifetime], arcana: boo
 
 
 def _explain_inputs(c: Command, sv: StepView, pins: list[PinLifetime], arcana: bool) -> None:
-    cd = _decision(sv.context_decision)
+    cd = decision(sv.context_decision)
     c.out.line("Inputs")
     if cd:
         c.out.line(
-            f"  messages: {_num(cd.get('messages_in'))} in → {_num(cd.get('messages_out'))} out, "
-            f"{_changed(sv.context_decision)} · strategy {cd.get('strategy') or '?'} · "
-            f"budget {_num(cd.get('budget_used'))}/{_num(cd.get('budget_total'))}"
+            f"  messages: {as_num(cd.get('messages_in'))} in → {as_num(cd.get('messages_out'))} out, "
+            f"{changed(sv.context_decision)} · strategy {cd.get('strategy') or '?'} · "
+            f"budget {as_num(cd.get('budget_used'))}/{as_num(cd.get('budget_total'))}"
         )
         if cd.get("explanation"):
             c.out.line(f"  {cd['explanation']}")
     else:
         c.out.line("  (no context decision recorded)")
     for b in pin_blocks(sv, pins, arcana=arcana):
-        c.out.line("  " + _pin_line(b))
-    ps = _snapshot(sv.prompt_snapshot)
+        c.out.line("  " + pin_line(b))
+    ps = snapshot_of(sv.prompt_snapshot)
     if ps:
-        messages = [_dict(m) for m in _list(ps.get("messages"))]
-        names = _tool_names(_list(ps.get("tools")))
+        messages = [as_dict(m) for m in as_list(ps.get("messages"))]
+        names = tool_names(as_list(ps.get("tools")))
         c.out.line(f"  prompt: {len(messages)} messages, {len(names)} tools ({', '.join(names) or '-'})")
         for i, m in enumerate(messages[-3:]):
             c.out.line(
-                f"    [{i - min(3, len(messages))}] {m.get('role') or '?'}: {one_line(_message_text(m), PREVIEW)}"
+                f"    [{i - min(3, len(messages))}] {m.get('role') or '?'}: {one_line(message_text(m), PREVIEW)}"
             )
     else:
         c.out.line("  " + (ARCANA_SNAPSHOT_HINT if arcana else SNAPSHOT_HINT))
@@ -373,7 +373,7 @@ def _explain_inputs(c: Command, sv: StepView, pins: list[PinLifetime], arcana: b
 def _explain_output(c: Command, sv: StepView) -> None:
     c.out.line("LLM output")
     md = sv.turn_event.metadata if sv.turn_event is not None else {}
-    facts = _dict(md.get("facts"))
+    facts = as_dict(md.get("facts"))
     text = facts.get("assistant_text")
     if isinstance(text, str) and text:
         c.out.line(f"  text: {one_line(text, 500)}")
@@ -381,17 +381,17 @@ def _explain_output(c: Command, sv: StepView) -> None:
         c.out.line(f"  text: <{facts['assistant_text_chars']} chars, not recorded (minimized trace)>")
     else:
         c.out.line("  text: <empty>")
-    calls = [_dict(tc) for tc in _list(facts.get("tool_calls"))]
+    calls = [as_dict(tc) for tc in as_list(facts.get("tool_calls"))]
     c.out.line(f"  tool_calls: {len(calls)}")
     for tc in calls:
         args = tc.get("arguments")
         if args is None and tc.get("arguments_chars") is not None:
             args = f"<{tc['arguments_chars']} chars>"
         c.out.line(f"    → {tc.get('name') or '?'}({one_line(args if args is not None else '', 120)})")
-    usage = _dict(facts.get("usage"))
+    usage = as_dict(facts.get("usage"))
     if usage:
         c.out.line(
-            f"  usage: {_num(usage.get('prompt_tokens'))} prompt + {_num(usage.get('completion_tokens'))} completion tokens"
+            f"  usage: {as_num(usage.get('prompt_tokens'))} prompt + {as_num(usage.get('completion_tokens'))} completion tokens"
             + (
                 f" · {sv.turn_event.llm_latency_ms}ms"
                 if sv.turn_event is not None and sv.turn_event.llm_latency_ms
@@ -423,18 +423,18 @@ def _explain_calls(c: Command, sv: StepView) -> None:
     for ev in sv.primitive_calls:
         prim, text3, ok = primitive_line(ev)
         c.out.line(f"  {'✓' if ok else '✗'} {prim:<9} {text3}")
-        result = _dict(ev.metadata.get("result"))
+        result = as_dict(ev.metadata.get("result"))
         if prim == "recall" and result.get("found") is True:
-            for m in _list(result.get("messages"))[:5]:
-                m = _dict(m)
-                c.out.line(f"      {m.get('role') or '?'}: {one_line(_message_text(m), PREVIEW)}")
+            for m in as_list(result.get("messages"))[:5]:
+                m = as_dict(m)
+                c.out.line(f"      {m.get('role') or '?'}: {one_line(message_text(m), PREVIEW)}")
         if result.get("suggestion"):
             c.out.line(f"      suggestion: {result['suggestion']}")
 
 
 def _explain_verdict(c: Command, sv: StepView) -> None:
     md = sv.turn_event.metadata if sv.turn_event is not None else {}
-    assessment = _dict(md.get("assessment"))
+    assessment = as_dict(md.get("assessment"))
     c.out.line("Runtime verdict")
     if assessment:
         c.out.line(
@@ -459,13 +459,13 @@ def _explain_json(
 ) -> dict[str, Any]:
     steps = []
     for sv in tv.steps:
-        cd = _decision(sv.context_decision)
+        cd = decision(sv.context_decision)
         md = sv.turn_event.metadata if sv.turn_event is not None else {}
         steps.append(
             {
                 "step": sv.step,
                 "step_id": sv.step_id,
-                "model": _step_model(sv),
+                "model": step_model(sv),
                 "inputs": {
                     "messages_in": cd.get("messages_in"),
                     "messages_out": cd.get("messages_out"),
@@ -473,15 +473,15 @@ def _explain_json(
                     "strategy": cd.get("strategy"),
                     "explanation": cd.get("explanation"),
                     "pinned_blocks": pin_blocks(sv, pins, arcana=arcana),
-                    "prompt_messages": len(_list(_snapshot(sv.prompt_snapshot).get("messages")))
+                    "prompt_messages": len(as_list(snapshot_of(sv.prompt_snapshot).get("messages")))
                     if sv.prompt_snapshot
                     else None,
                 },
-                "output": {"facts": _dict(md.get("facts")), "assessment": _dict(md.get("assessment"))},
+                "output": {"facts": as_dict(md.get("facts")), "assessment": as_dict(md.get("assessment"))},
                 "tool_calls": [
                     {
-                        "name": _tool_outcome(ev)[0],
-                        "ok": _tool_outcome(ev)[2],
+                        "name": tool_outcome(ev)[0],
+                        "ok": tool_outcome(ev)[2],
                         "record": ev.tool_call,
                         "result": ev.metadata.get("result"),
                     }

@@ -15,7 +15,7 @@ from .._render import one_line, safe_text
 from ..errors import detail_text, error_detail
 from ..tracefiles import progress_bar, trace_files
 from .command import Command, DataError, UsageError
-from .formatting import _dict, _list, _num
+from .formatting import as_dict, as_list, as_num
 
 # --------------------------------------------------------------------------------------------------
 # upload
@@ -153,7 +153,7 @@ def _record(result: dict[str, Any], body: dict[str, Any], base: str) -> None:
             line=d["line"] if isinstance(d.get("line"), int) else None,
             field=d["field"] if isinstance(d.get("field"), str) else None,
         )
-        for d in map(_dict, _list(body.get("line_errors")))
+        for d in map(as_dict, as_list(body.get("line_errors")))
     ]
     # The server names each run by its project and encoded id (DESIGN.md §9); the CLI only makes the
     # server's paths absolute and never builds a run address itself.
@@ -163,7 +163,7 @@ def _record(result: dict[str, Any], body: dict[str, Any], base: str) -> None:
             "url": urljoin(base + "/", link["page_url"]),
             "api_url": urljoin(base + "/", link["url"]),
         }
-        for link in map(_dict, _list(body.get("run_links")))
+        for link in map(as_dict, as_list(body.get("run_links")))
         if isinstance(link.get("page_url"), str) and isinstance(link.get("url"), str)
     ]
 
@@ -174,7 +174,7 @@ def _print_upload(c: Command, r: dict[str, Any]) -> None:
     if r.get("status") == "done":
         c.out.line(
             f"{r['file']}: done — {r.get('accepted', 0)} accepted, {r.get('duplicates', 0)} duplicates, "
-            f"{r.get('rejected', 0)} rejected ({_num(r.get('lines_total'))} lines)"
+            f"{r.get('rejected', 0)} rejected ({as_num(r.get('lines_total'))} lines)"
         )
     else:
         c.out.line(f"{r['file']}: FAILED — {r.get('error') or r.get('status')}")
@@ -186,7 +186,7 @@ def _print_upload(c: Command, r: dict[str, Any]) -> None:
 
 def _json_body(resp: Any) -> dict[str, Any]:
     try:
-        return _dict(resp.json())
+        return as_dict(resp.json())
     except ValueError:
         return {}
 

@@ -26,7 +26,7 @@ from ..errors import (
     ProviderResponseError,
     ProviderTimeout,
 )
-from .scripted import _content_text
+from .scripted import content_text
 
 logger = logging.getLogger("runtime.providers")
 # --------------------------------------------------------------------------------------------------
@@ -404,7 +404,7 @@ class OpenAICompatibleProvider:
             raise self._bad("'choices[0].message' is missing")
         content = message.get("content")
         if isinstance(content, list):
-            content = _content_text(content)
+            content = content_text(content)
         if content is not None and not isinstance(content, str):
             raise self._bad("'message.content' must be a string or null")
         raw_calls = message.get("tool_calls") or []

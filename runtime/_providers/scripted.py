@@ -244,7 +244,7 @@ def _parse_step(index: int, step: Any) -> _ScriptStep:
     return _ScriptStep(content=content, tool_calls=tuple(calls), when=when)
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
     """The text of a message content: a string, or the text parts of a list of content parts."""
     if isinstance(content, str):
         return content
@@ -259,7 +259,7 @@ def _content_text(content: Any) -> str:
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
     for message in reversed(messages):
         if message.get("role") == "user":
-            return _content_text(message.get("content"))
+            return content_text(message.get("content"))
     return None
 
 
@@ -268,7 +268,7 @@ def _count_words(text: str | None) -> int:
 
 
 def _message_words(message: Mapping[str, Any]) -> int:
-    words = _count_words(_content_text(message.get("content")))
+    words = _count_words(content_text(message.get("content")))
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {}) if isinstance(call, Mapping) else {}
         words += _count_words(fn.get("name")) + _count_words(fn.get("arguments"))

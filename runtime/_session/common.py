@@ -16,7 +16,7 @@ from ..errors import ConfigError
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
-def _check_tool_names(tools: Mapping[str, Tool], primitives: Sequence[str], where: str) -> None:
+def check_tool_names(tools: Mapping[str, Tool], primitives: Sequence[str], where: str) -> None:
     clash = sorted(set(tools) & set(primitive_tool_names(primitives)))
     if clash:
         raise ConfigError(
@@ -25,7 +25,7 @@ def _check_tool_names(tools: Mapping[str, Tool], primitives: Sequence[str], wher
         )
 
 
-def _check_run_id(run_id: str | None) -> str:
+def check_run_id(run_id: str | None) -> str:
     if run_id is None:
         return str(uuid.uuid4())
     if not isinstance(run_id, str) or not run_id.strip() or len(run_id) > 200:
@@ -36,16 +36,16 @@ def _check_run_id(run_id: str | None) -> str:
     return run_id
 
 
-def _flatten(sink: Any) -> list[Any]:
+def flatten(sink: Any) -> list[Any]:
     if sink is None:
         return []
     if isinstance(sink, MultiSink):
-        return [s for inner in sink.sinks for s in _flatten(inner)]
+        return [s for inner in sink.sinks for s in flatten(inner)]
     return [sink]
 
 
-def _close_run(sink: Any, run_id: str) -> None:
-    for s in _flatten(sink):
+def close_run(sink: Any, run_id: str) -> None:
+    for s in flatten(sink):
         close_run = getattr(s, "close_run", None)
         if callable(close_run):
             close_run(run_id)

@@ -17,7 +17,7 @@ from .._trace_writer import TraceWriter, digest, request_digest
 from ..errors import ProviderError
 
 
-class _SessionEvents:
+class SessionEvents:
     """The trace events a `ChatSession` writes, one method per event type (mixed into `ChatSession`)."""
 
     writer: TraceWriter
@@ -189,7 +189,7 @@ class _SessionEvents:
     def _emit_tool_call(
         self, t: Tool, call_id: str, arguments: str, out: ToolOutcome, turn: int, step: int, step_id: str
     ) -> None:
-        args = _loads_or_raw(arguments)
+        args = loads_or_raw(arguments)
         self.writer.emit(
             "tool_call",
             turn=turn,
@@ -261,7 +261,7 @@ class _SessionEvents:
         )
 
 
-def _loads_or_raw(arguments: str) -> Any:
+def loads_or_raw(arguments: str) -> Any:
     try:
         value = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .._config import normalize_primitives
 from .._tools import build_tools
 from ..errors import ConfigError
-from .common import DEFAULT_SYSTEM_PROMPT, _check_run_id, _check_tool_names, _close_run
+from .common import DEFAULT_SYSTEM_PROMPT, check_run_id, check_tool_names, close_run
 from .session import ChatSession
 from .state import PoolState, decode_pool, decode_session, encode_pool
 
@@ -42,7 +42,7 @@ class AgentPool:
         )
         # Each saved agent's encoded state, decoded when `add()` resumes that agent.
         self._saved: dict[str, Any] = saved.agents if saved is not None else {}
-        self.run_id: str = saved.run_id if saved is not None else _check_run_id(run_id)
+        self.run_id: str = saved.run_id if saved is not None else check_run_id(run_id)
         self.writer = runtime._writer(self.run_id)
         if saved is not None:
             self.writer.budgets.restore(saved.budgets)
@@ -78,7 +78,7 @@ class AgentPool:
         else:
             primitives = self.runtime.config.cognitive_primitives
         tool_map = self.runtime.tools if tools is None else build_tools(tools)
-        _check_tool_names(tool_map, primitives, f"pool.add({name!r})")
+        check_tool_names(tool_map, primitives, f"pool.add({name!r})")
         writer = self.writer.for_agent(name)
         if saved is not None:
             agent = self.runtime._resume(
@@ -123,7 +123,7 @@ class AgentPool:
     async def aclose(self) -> None:
         for agent in self.agents.values():
             await agent.aclose()
-        _close_run(self.runtime.sink, self.run_id)
+        close_run(self.runtime.sink, self.run_id)
 
     async def __aenter__(self) -> AgentPool:
         return self

@@ -13,7 +13,7 @@ from .._tokens import CalibratedCounter, TokenCounter, default_counter, tiktoken
 from .._tools import Tool, build_tools
 from .._trace_writer import JsonlFileSink, TraceSink, TraceWriter, make_sink
 from ..errors import ConfigError
-from .common import DEFAULT_SYSTEM_PROMPT, _check_run_id, _check_tool_names, _flatten
+from .common import DEFAULT_SYSTEM_PROMPT, check_run_id, check_tool_names, flatten
 from .pool import AgentPool
 from .session import ChatSession
 from .state import SessionState, decode_session
@@ -52,7 +52,7 @@ class Runtime:
                 f"providers: {', '.join(sorted(self.providers))}"
             )
         self.tools: dict[str, Tool] = build_tools(tools)
-        _check_tool_names(self.tools, self.config.cognitive_primitives, "Runtime")
+        check_tool_names(self.tools, self.config.cognitive_primitives, "Runtime")
         self.counter = counter if counter is not None else default_counter()
         if trace_sinks is not None:
             self.sink = make_sink(trace_sinks) if self.config.trace is not False else None
@@ -96,8 +96,8 @@ class Runtime:
             if cognitive_primitives is None
             else normalize_primitives(cognitive_primitives)
         )
-        _check_tool_names(tool_map, primitives, "chat()")
-        run_id = _check_run_id(run_id)
+        check_tool_names(tool_map, primitives, "chat()")
+        run_id = check_run_id(run_id)
         return ChatSession(
             self,
             system=DEFAULT_SYSTEM_PROMPT if system is None else system,
@@ -148,7 +148,7 @@ class Runtime:
         primitives = normalize_primitives(
             saved.cognitive_primitives if cognitive_primitives is None else cognitive_primitives
         )
-        _check_tool_names(tools, primitives, "chat(state=...)")
+        check_tool_names(tools, primitives, "chat(state=...)")
         writer = pool_writer
         if writer is None:
             writer = self._writer(saved.run_id)
@@ -194,7 +194,7 @@ class Runtime:
 
     def trace_file(self, run_id: str) -> Path | None:
         """The JSONL file this runtime writes `run_id` to, if it writes one."""
-        for sink in _flatten(self.sink):
+        for sink in flatten(self.sink):
             if isinstance(sink, JsonlFileSink):
                 return sink.path_for(run_id)
         return None

@@ -20,8 +20,8 @@ from .._trace_reader import TraceReader
 from .._trace_writer import TraceWriter, digest
 from .._working_set import SUMMARY_MAX_TOKENS, WorkingSet, WorkingSetBuilder
 from ..errors import ConfigError, ContextOverflowError, ProviderError
-from .common import _close_run
-from .events import _loads_or_raw, _SessionEvents
+from .common import close_run
+from .events import SessionEvents, loads_or_raw
 from .state import SessionState, encode_session
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _add_usage(a: Usage, b: Usage | None) -> Usage:
     )
 
 
-class ChatSession(_SessionEvents):
+class ChatSession(SessionEvents):
     """One conversation: its history, turn counter, pins and recall log. Made by `Runtime.chat()` or
     `AgentPool.add()`; use `send()`. Not safe to `send()` twice at once (calls are serialized).
 
@@ -214,7 +214,7 @@ class ChatSession(_SessionEvents):
         """Flush the trace; a plain chat also closes its trace file (a pool closes it on exit)."""
         self._closed = True
         if self._owns_run:
-            _close_run(self.runtime.sink, self.run_id)
+            close_run(self.runtime.sink, self.run_id)
 
     async def __aenter__(self) -> ChatSession:
         return self
@@ -380,7 +380,7 @@ class ChatSession(_SessionEvents):
                 "id": call.id,
                 "name": call.name,
                 "kind": kind,
-                "arguments": _loads_or_raw(call.arguments),
+                "arguments": loads_or_raw(call.arguments),
                 "result": result,
             }
         for call in resp.tool_calls:
@@ -410,7 +410,7 @@ class ChatSession(_SessionEvents):
                 "error_category": "unknown_tool",
                 "tool_call_id": call_id,
                 "tool_name": name,
-                "arguments": _loads_or_raw(arguments),
+                "arguments": loads_or_raw(arguments),
                 "result": content,
             },
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .._trace import PRODUCER, TraceEvent, _new_object
+from .._trace import PRODUCER, TraceEvent, new_object
 from ._values import as_int
 
 T = TypeVar("T")
@@ -60,7 +60,7 @@ def _normalized(
     """`NormalizedEvent(...)` without the frozen dataclass's `__init__`, which sets each of the seven
     fields through `object.__setattr__`: 0.26 against 0.73 us here, once per event of every
     projection (`normalize_events`). The same object: equal, frozen, of the same class."""
-    ne = _new_object(NormalizedEvent)
+    ne = new_object(NormalizedEvent)
     fields = ne.__dict__
     fields["index"] = index
     fields["event"] = event
@@ -109,7 +109,7 @@ class TurnView:
     steps: list[StepView] = field(default_factory=list)
 
 
-_int_or_none = as_int  # the name the modules of this package use
+int_or_none = as_int  # the name the modules of this package use
 
 
 def our_position(ev: TraceEvent) -> tuple[int | None, int | None]:
@@ -130,9 +130,9 @@ def our_position(ev: TraceEvent) -> tuple[int | None, int | None]:
     else:
         md = ev.metadata
         if "console_turn" in md:
-            position = (_int_or_none(md.get("console_turn")), _int_or_none(md.get("console_step")))
+            position = (int_or_none(md.get("console_turn")), int_or_none(md.get("console_step")))
         else:
-            position = (_int_or_none(md.get("turn")), _int_or_none(md.get("step")))
+            position = (int_or_none(md.get("turn")), int_or_none(md.get("step")))
     ev.__dict__["_our_position"] = position
     return position
 
@@ -158,7 +158,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
             if turn is not None:
                 spine[ev.step_id] = (turn, step or 1, ev.source_agent)
         else:
-            iteration = _int_or_none(ev.metadata.get("step"))
+            iteration = int_or_none(ev.metadata.get("step"))
             if iteration is not None:
                 spine[ev.step_id] = (iteration + 1, 1, ev.source_agent)
 
@@ -185,7 +185,7 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
             agent = agent or spine_agent
             key = ev.parent_step_id
         elif ev.event_type in ("context_decision", "prompt_snapshot"):
-            iteration = _int_or_none(ev.metadata.get("turn"))
+            iteration = int_or_none(ev.metadata.get("turn"))
             if iteration is not None:
                 turn, step = iteration + 1, 1
                 key = ev.parent_step_id or f"{agent or ''}#{turn}.1"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from .._trace import TraceEvent
-from ._events import StepView, _int_or_none
+from ._events import StepView, int_or_none
 from ._pins import is_pinned_row
 from ._values import as_dict, as_list, as_str
 
@@ -16,7 +16,7 @@ _dict, _list, _str = as_dict, as_list, as_str
 
 
 def _count(value: Any) -> str:
-    n = _int_or_none(value)
+    n = int_or_none(value)
     return "?" if n is None else str(n)
 
 
@@ -231,7 +231,7 @@ def _answered_calls(sv: StepView, asked: list[dict[str, Any]]) -> list[ToolResul
                 recorded="result" in md,
                 error=error,
                 error_category=_str(rec.get("error_category")),
-                duration_ms=_int_or_none(rec.get("duration_ms")),
+                duration_ms=int_or_none(rec.get("duration_ms")),
                 side_effect=_str(rec.get("side_effect")),
                 args_digest=_str(rec.get("args_digest")),
                 result_digest=_str(rec.get("result_digest")),
@@ -359,7 +359,7 @@ def decision_counts(decision: Any, metadata: Any = None) -> DecisionCounts:
             counts["pinned"] += 1
         elif r.get("outcome") in counts:
             counts[str(r["outcome"])] += 1
-    producer = _int_or_none(d.get("compressed_count"))
+    producer = int_or_none(d.get("compressed_count"))
     if producer is None:
-        producer = _int_or_none(_dict(metadata).get("compressed_count")) or 0
+        producer = int_or_none(_dict(metadata).get("compressed_count")) or 0
     return DecisionCounts(listed=bool(rows), compressed_count=producer, **counts)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .._trace import PRODUCER, TraceEvent
-from ._events import ARCANA_PRODUCER, TurnView, _int_or_none
+from ._events import ARCANA_PRODUCER, TurnView, int_or_none
 
 
 class PinLike(Protocol):
@@ -160,10 +160,10 @@ def _created_pins(turns: list[TurnView]) -> dict[_PinKey, dict[str, Any]]:
                         "pin_id": pin_id,
                         "label": label if isinstance(label, str) else None,
                         "content": content if isinstance(content, str) else None,
-                        "tokens": _int_or_none(md.get("tokens")),
+                        "tokens": int_or_none(md.get("tokens")),
                         "created_turn": tv.turn,
                         "created_step": sv.step,
-                        "until_turn": _int_or_none(result.get("until_turn")),
+                        "until_turn": int_or_none(result.get("until_turn")),
                         "unpinned_turn": None,
                         "agent": sv.agent,
                         "producer": PRODUCER if ev.is_ours else ARCANA_PRODUCER,
@@ -201,7 +201,7 @@ def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]
             unnamed: list[dict[str, Any]] = []
             for row in rows:
                 pid = row.get("pin_id")
-                tokens = _int_or_none(row.get("token_count_after")) or _int_or_none(
+                tokens = int_or_none(row.get("token_count_after")) or int_or_none(
                     row.get("token_count_before")
                 )
                 if isinstance(pid, str) and (sv.agent, pid) in found:
@@ -222,7 +222,7 @@ def _fill_pin_tokens(turns: list[TurnView], found: dict[_PinKey, dict[str, Any]]
             ]
             if len(rendered) == len(unnamed):
                 for p, row in zip(rendered, unnamed, strict=True):
-                    tokens = _int_or_none(row.get("token_count_after"))
+                    tokens = int_or_none(row.get("token_count_after"))
                     if p["tokens"] is None and tokens is not None:
                         p["tokens"] = tokens
                         missing[sv.agent] -= 1
@@ -322,7 +322,7 @@ def pinned_blocks(
     rendered = rendered_pins(pins, turn) if arcana else []
     blocks: list[PinnedBlock] = []
     for k, d in enumerate(pinned):
-        raw = _int_or_none(d.get("index"))
+        raw = int_or_none(d.get("index"))
         pin_id = d.get("pin_id") if isinstance(d.get("pin_id"), str) else None
         pin: Any = by_id.get(pin_id) if pin_id else None
         index, how = raw, "written"
@@ -336,9 +336,9 @@ def pinned_blocks(
                 index, how = 1 + k, "rule"
             if pin is None and len(rendered) == len(pinned):
                 pin = rendered[k]
-        tokens = _int_or_none(d.get("token_count_after"))
+        tokens = int_or_none(d.get("token_count_after"))
         if tokens is None:
-            tokens = _int_or_none(d.get("token_count_before"))
+            tokens = int_or_none(d.get("token_count_before"))
         blocks.append(
             PinnedBlock(
                 index=index,

@@ -408,6 +408,17 @@ TABLE: dict[str, list[Case]] = {
             note="API keys only",
         ),
     ],  # fmt: skip
+    # OTLP/HTTP: API keys only (Bearer or x-api-key), whatever the session; 401 is in the OTLP answer.
+    "api/v1/otlp/v1/traces": [
+        Case(
+            "POST", none, E(401, 401, 401, 401, 401, 401), data=lambda w: {}, json=True, note="API keys only"
+        ),
+    ],
+    "v1/traces": [
+        Case(
+            "POST", none, E(401, 401, 401, 401, 401, 401), data=lambda w: {}, json=True, note="API keys only"
+        ),
+    ],
     "api/v1/uploads": [
         Case(
             "POST",
@@ -605,7 +616,7 @@ def test_outsiders_never_get_403() -> None:
 
 
 # Session callers' writes that are not CSRF-checked because they take no session: API keys only.
-NO_SESSION = {"api/v1/ingest"}
+NO_SESSION = {"api/v1/ingest", "api/v1/otlp/v1/traces", "v1/traces"}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from traces.conversations.spec import (
     ConversationInputError,
     ConversationLimitError,
     ConversationSpec,
-    _check_message,
+    check_message,
 )
 from traces.models import Conversation, Project
 
@@ -86,7 +86,7 @@ def post_message(conversation: Conversation, content: Any, *, agent: Any = None)
     names = conversation.agent_names
     if names and agent is None:
         agent = names[0]
-    problem = _check_message(content, agent, names)
+    problem = check_message(content, agent, names)
     if problem is not None:
         raise ConversationInputError(
             [{"field": "content" if "message" in problem else "agent", "message": problem}]

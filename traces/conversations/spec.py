@@ -219,7 +219,7 @@ def _check_script(value: Any, agents: list[str], bad: Any) -> list[dict[str, Any
         content: Any = item
         if isinstance(item, Mapping):
             agent, content = item.get("agent"), item.get("content")
-        message = _check_message(content, agent, agents)
+        message = check_message(content, agent, agents)
         if message is not None:
             bad(f"script[{i}]", message)
             continue
@@ -227,7 +227,7 @@ def _check_script(value: Any, agents: list[str], bad: Any) -> list[dict[str, Any
     return out
 
 
-def _check_message(content: Any, agent: Any, agents: Sequence[str]) -> str | None:
+def check_message(content: Any, agent: Any, agents: Sequence[str]) -> str | None:
     """Why a user message is unacceptable, or None."""
     if not isinstance(content, str) or not content.strip():
         return "a message must be a non-empty string"

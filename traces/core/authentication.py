@@ -186,3 +186,19 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-c
             "a read + ingest key may also read and delete the project's runs. Ingest is rate-limited per "
             "key (429 with Retry-After).",
         }
+
+
+class ApiKeyHeaderScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]  # as above
+    """Describes the `x-api-key` header scheme (OTLP exporters) in the OpenAPI schema."""
+
+    target_class = "traces.core.authentication.ApiKeyHeaderAuthentication"
+    name = "ApiKeyHeader"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "x-api-key",
+            "description": "A project API key in the `x-api-key` header, as OpenTelemetry exporters are often "
+            "configured (`OTEL_EXPORTER_OTLP_HEADERS=x-api-key=…`); the same keys as the Bearer scheme.",
+        }

@@ -65,7 +65,10 @@ class InstantField(forms.Field):
         except (ValueError, OverflowError):  # "2026-13-01", "9999-12-31T23:00-05:00"
             parsed = None
         if parsed is None:
-            raise forms.ValidationError(f"not an ISO 8601 date or date-time: {text[:40]!r}")
+            # The value goes in as a parameter: django-filter formats the message with `%`.
+            raise forms.ValidationError(
+                "not an ISO 8601 date or date-time: %(value)s", params={"value": repr(text[:40])}
+            )
         return parsed
 
 
