@@ -186,7 +186,12 @@ def test_it_limits_concurrent_conversations_per_project(api_client: Client, sett
     r = post(api_client, {"script": ["c"]})
 
     assert r.status_code == 429 and "ARCANA_MAX_CONCURRENT_CONVERSATIONS" in r.json()["error"]
-    assert post(api_client, {"script": None}).status_code == 201  # a waiting playground holds no worker
+    assert r["Retry-After"] == "30"
+    playground = post(api_client, {"script": None})
+    assert playground.status_code == 201  # a waiting playground holds no worker
+    # Its message would make a third running conversation: the same 429, the same Retry-After.
+    r = post(api_client, {"content": "hi"}, f"{URL}/{playground.json()['id']}/messages")
+    assert r.status_code == 429 and r["Retry-After"] == "30"
 
 
 def test_it_lists_configured_providers_without_keys(alice_client: Client, providers: None) -> None:

@@ -203,7 +203,7 @@ class ConversationListView(BaseView):
         except service.ConversationInputError as exc:
             return error_response(400, "invalid input", exc.detail)
         except service.ConversationLimitError as exc:
-            return error_response(429, str(exc))
+            return error_response(429, str(exc), headers={"Retry-After": str(exc.retry_after)})
         body = {
             "id": conv.pk,
             "run_id": conv.run_id,
@@ -260,7 +260,7 @@ class ConversationMessageView(BaseView):
         except service.ConversationBusyError as exc:
             return error_response(409, str(exc))
         except service.ConversationLimitError as exc:
-            return error_response(429, str(exc))
+            return error_response(429, str(exc), headers={"Retry-After": str(exc.retry_after)})
         return Response(conv.to_dict(), status=202)
 
 

@@ -27,7 +27,11 @@ class ConversationBusyError(Exception):
 
 
 class ConversationLimitError(Exception):
-    """An operator limit refuses the request (concurrent conversations of a project): 429."""
+    """An operator limit refuses the request (concurrent conversations of a project): 429, with
+    `retry_after` seconds for its `Retry-After` (a hint: a slot frees when a running conversation
+    finishes, which no one can foretell; a turn takes seconds)."""
+
+    retry_after = 30
 
 
 @dataclass
