@@ -25,6 +25,7 @@ from rest_framework.views import APIView, exception_handler, set_rollback
 from runtime import errors as runtime_errors
 from traces.core import access
 from traces.core.authentication import ApiKeyAuthentication, key_of
+from traces.core.jsonbody import DEFAULT_BODY_LIMIT, PayloadTooLarge, decode_write_body
 from traces.models import (
     Action,
     Project,
@@ -104,6 +105,11 @@ class BaseView(APIView):
         key = key_of(request)
         if key is not None and self.key_scope == "read" and not key.can_read:
             raise exceptions.PermissionDenied("this API key is ingest-only; use a read + ingest key to read")
+        decode_write_body(request)  # a bad JSON body is refused before the view acts (traces.core.jsonbody)
+
+    def body_limit(self) -> int:
+        """The largest JSON body this endpoint reads (`traces.core.jsonbody`): 413 above it."""
+        return DEFAULT_BODY_LIMIT
 
 
 def writable_project(request: Request, slug: str | None, team: str | None) -> Project:
@@ -191,11 +197,3 @@ def read_limited(request: Request, limit: int) -> bytes:
     if len(data) > limit:
         raise PayloadTooLarge(limit)
     return data
-
-
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"body is larger than the {limit:,}-byte limit; send smaller batches")

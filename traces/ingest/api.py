@@ -26,13 +26,13 @@ from traces.core import access
 from traces.core.api import (
     BaseView,
     ChunkedBodyMixin,
-    PayloadTooLarge,
     content_length,
     error_response,
     read_limited,
     writable_project,
 )
 from traces.core.authentication import KEY_CACHE_SECONDS, ApiKeyAuthentication, key_of
+from traces.core.jsonbody import PayloadTooLarge
 from traces.core.serializers import ErrorSerializer
 from traces.ingest.ratelimit import IngestRateThrottle
 from traces.ingest.serializers import (
