@@ -186,6 +186,9 @@ ARCANA_MAX_TOKENS_PER_CONVERSATION = envint(
     "ARCANA_MAX_TOKENS_PER_CONVERSATION", default=2_000_000, minimum=1
 )
 ARCANA_MAX_CONCURRENT_CONVERSATIONS = envint("ARCANA_MAX_CONCURRENT_CONVERSATIONS", default=4, minimum=1)
+# Bytes (UTF-8) a conversation's messages may hold in all: the script of `POST /api/v1/conversations`
+# and a playground's messages so far; a request body above it is refused (413) before it is read.
+ARCANA_MAX_CONVERSATION_BYTES = envint("ARCANA_MAX_CONVERSATION_BYTES", default=1_000_000, minimum=1024)
 # Milliseconds each answer of the offline `scripted` provider takes (0: at once). scripts/run sets 700,
 # so a new user watches the demo's pin, compression and recall arrive step by step.
 ARCANA_SCRIPTED_STEP_MS = envint("ARCANA_SCRIPTED_STEP_MS", default=0, minimum=0)
@@ -280,7 +283,9 @@ CELERY_BEAT_SCHEDULE = {
 ARCANA_API_MAX_LIMIT = envint("ARCANA_API_MAX_LIMIT", default=500, minimum=1)
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser replaced: size limit, depth, no NUL or lone surrogate, finite numbers
+    # (the rules ingest applies; traces/core/jsonbody.py).
+    "DEFAULT_PARSER_CLASSES": ["traces.core.jsonbody.JSONBodyParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # limit/offset, both bounded (ARCANA_API_MAX_LIMIT rows at most per request).

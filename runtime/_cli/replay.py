@@ -12,7 +12,7 @@ from .._trace_reader import (
     TurnView,
     active_pins,
 )
-from ..facts import step_errors, step_failure, tool_results
+from ..facts import ARCANA_PIN_RENDERING, step_errors, step_failure, tool_results
 from .command import Command, UsageError
 from .formatting import (
     ARCANA_SNAPSHOT_HINT,
@@ -293,7 +293,7 @@ def _active_pins_text(
             c.out.line(
                 f"  note: arcana-agent 1.2 rendered {len(blocks)} pinned block(s) in this turn's working set"
                 + (f" ({', '.join(rendered)})" if rendered else "")
-                + "; it renders a pin from the LLM call after the pin call and keeps until_turn pins one call longer"
+                + f"; {ARCANA_PIN_RENDERING}"
             )
 
 

@@ -220,9 +220,53 @@ class SessionEvents:
             metadata={"stopped": reason, "detail": detail[:500]},
         )
 
-    def _emit_provider_error(self, exc: BaseException, turn: int, step: int, step_id: str) -> None:
+    def _emit_provider_error(
+        self, exc: BaseException, new_messages: list[dict[str, Any]], turn: int, step: int, step_id: str
+    ) -> None:
+        """A failed send: the `error` event, then the step's `turn` event, failed, with no answer (the
+        messages it sent, no assistant text, zero usage, `completion_reason: "error"`), so that a reader
+        that knows a step by its `turn` event (arcana-agent 1.2's `explain` and `flow`) finds the step,
+        its decision and its error."""
         category = "provider" if isinstance(exc, ProviderError) else "unexpected"
         self._emit_error(exc, category, turn, step, step_id)
+        self.writer.emit(
+            "turn",
+            turn=turn,
+            step=step,
+            step_id=step_id,
+            parent_step_id=self._spine,
+            model=self._model_name(),
+            metadata={
+                "messages": new_messages,
+                "facts": {
+                    "assistant_text": None,
+                    "tool_calls": [],
+                    "usage": {
+                        **Usage().to_dict(),
+                        "cache_creation_input_tokens": None,
+                        "cache_read_input_tokens": None,
+                        "cached_tokens": None,
+                    },
+                    "finish_reason": "error",
+                    "thinking": None,
+                    "provider_metadata": {},
+                },
+                "assessment": {
+                    "completed": False,
+                    "failed": True,
+                    "needs_clarification": False,
+                    "answer": None,
+                    "completion_reason": "error",
+                    "confidence": 0.0,
+                },
+                "trace_privacy": {
+                    "turn_content": "raw",
+                    "contains_raw_content": True,
+                    "reason": "history_rebuildable_from_trace",
+                },
+            },
+        )
+        self._spine = step_id
 
     def _emit_error(
         self,

@@ -287,7 +287,7 @@ class ChatSession(SessionEvents):
                 else:
                     resp = await self.provider.complete(ws.messages, tools=tools_arg, model=self.model)
             except Exception as exc:
-                self._emit_provider_error(exc, turn, step, step_id)
+                self._emit_provider_error(exc, new_messages, turn, step, step_id)
                 raise
             latency = resp.latency_ms or int((time.perf_counter() - started) * 1000)
             usage = _add_usage(usage, resp.usage)

@@ -17,7 +17,7 @@ Where each fact lives:
 | turn / step / agent of an event; steps and turns | `normalize_events`, `our_position`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
 | a step's model | `step_model` | `_events` |
 | bundles and delegation | `run_links`, `RunLinks` | `_events` |
-| pin lifetimes; the active rule; Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
+| pin lifetimes; the active rule; Arcana's rendered rule and its one wording | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins`, `lingering_pins`, `ARCANA_PIN_RENDERING` | `_pins` |
 | where a pinned block was and which pin it is | `pinned_blocks`, `PinnedBlock`, `is_pinned_row` | `_pins` |
 | primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
@@ -68,6 +68,7 @@ from ._outcomes import (
     unrecorded_calls,
 )
 from ._pins import (
+    ARCANA_PIN_RENDERING,
     PinLifetime,
     PinLike,
     PinnedBlock,
@@ -75,6 +76,7 @@ from ._pins import (
     arcana_renders_pin,
     decision_rows,
     is_pinned_row,
+    lingering_pins,
     pin_active_at,
     pin_lifetimes,
     pinned_blocks,
@@ -83,6 +85,7 @@ from ._pins import (
 from ._values import as_dict, as_int, as_list, as_number, as_str
 
 __all__ = [
+    "ARCANA_PIN_RENDERING",
     "ARCANA_PRODUCER",
     "NO_ANSWER",
     "STEP_EVENT_TYPES",
@@ -112,6 +115,7 @@ __all__ = [
     "error_message",
     "event_primitive_outcome",
     "is_pinned_row",
+    "lingering_pins",
     "normalize_events",
     "our_position",
     "pin_active_at",

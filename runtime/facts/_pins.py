@@ -252,6 +252,25 @@ def rendered_pins(pins: Iterable[P], turn: int) -> list[P]:
     return [p for p in pins if arcana_renders_pin(p.created_turn, p.until_turn, p.unpinned_turn, turn)]
 
 
+#: Why an arcana-agent 1.2 working set holds a pinned block the active rule does not list (its §3.5),
+#: in the one wording `arcana replay` and the turn page both print after "arcana-agent 1.2 …; ".
+ARCANA_PIN_RENDERING = (
+    "it renders a pin from the LLM call after the pin call and keeps until_turn pins one call longer"
+)
+
+
+def lingering_pins(pins: Iterable[P], turn: int) -> list[P]:
+    """The pins arcana-agent 1.2 still rendered in the working set of `turn` although they are no longer
+    active there: an `until_turn` pin, one turn past its `until_turn` (`arcana_renders_pin` but not
+    `pin_active_at`). A page that shows their pinned rows says why (`ARCANA_PIN_RENDERING`)."""
+    return [
+        p
+        for p in pins
+        if arcana_renders_pin(p.created_turn, p.until_turn, p.unpinned_turn, turn)
+        and not pin_active_at(p.created_turn, p.until_turn, p.unpinned_turn, turn)
+    ]
+
+
 def is_pinned_row(d: Any) -> bool:
     """Whether a message decision is a pinned block (`reason "pinned"`, or our `pinned: true`)."""
     return isinstance(d, dict) and (d.get("reason") == "pinned" or d.get("pinned") is True)

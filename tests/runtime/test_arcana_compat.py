@@ -185,3 +185,48 @@ def test_the_reference_cli_replays_each_pool_agent_by_its_own_steps(
             reference_cli, "replay", runs["pool"], "--agent", agent, "--dir", str(trace_dir)
         )
         assert code == 2 and f"Available turns: {', '.join(map(str, mine))}" in out
+
+
+@pytest.fixture(scope="module")
+def failed_send_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """Our runtime's trace of a chat whose first send fails (the provider answers 400) and whose
+    second succeeds."""
+    from runtime import OpenAICompatibleProvider, ProviderHTTPError, Runtime, RuntimeConfig
+    from tests.runtime.openai_server import OpenAIServer
+
+    trace_dir = tmp_path_factory.mktemp("failed-send")
+
+    async def go() -> str:
+        with OpenAIServer() as server:
+            provider = OpenAICompatibleProvider("loop", base_url=server.base_url, model="m", max_retries=0)
+            rt = Runtime({"loop": provider}, config=RuntimeConfig(trace_dir=str(trace_dir)))
+            server.enqueue_error(400, message="bad request")
+            server.enqueue_text("fine now")
+            async with rt.chat() as chat:
+                with pytest.raises(ProviderHTTPError):
+                    await chat.send("first")
+                await chat.send("second")
+                run_id = chat.run_id
+            await rt.aclose()
+        return run_id
+
+    return trace_dir, asyncio.run(go())
+
+
+def test_the_reference_cli_explains_and_flows_a_failed_send(
+    reference_cli: Path, failed_send_trace: tuple[Path, str]
+) -> None:
+    """A failed send is a step with a `turn` event (failed, no answer) beside its `error`: arcana-agent
+    1.2.0's `explain` finds it with its decision and error, and `flow` lists it, failed, in order."""
+    trace_dir, rid = failed_send_trace
+    explain = _arcana(reference_cli, "explain", rid, "--turn", "0", "--dir", str(trace_dir))
+    assert explain.startswith(f"Turn 0 — run {rid}")
+    assert "bad request" in explain or "ProviderHTTPError" in explain
+    assert "messages: " in explain  # its context decision, joined by the step id
+    second = _arcana(reference_cli, "explain", rid, "--turn", "1", "--dir", str(trace_dir))
+    assert second.startswith(f"Turn 1 — run {rid}") and "fine now" in second
+
+    flow = _arcana(reference_cli, "flow", rid, "--dir", str(trace_dir))
+    assert "· 2 turns" in flow
+    turns = [line.split()[:3] for line in flow.splitlines() if line.startswith("  Turn ")]
+    assert turns == [["Turn", "0", "(failed)"], ["Turn", "1", "(completed)"]], flow

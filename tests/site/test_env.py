@@ -206,3 +206,49 @@ def test_a_shared_cache_is_keyed_by_the_code_that_drew_it(tmp_path: Path) -> Non
     prefix, stored = run(marker)
     assert re.fullmatch(r"[0-9a-f]{12}", prefix) and stored == marker
     assert run("") == [prefix, marker]  # another process reads what the first one drew
+
+
+# A value the shell takes as written without quotes: no space, quote, `$`, backslash, glob bracket,
+# brace, `;`, `&`, `|`, `<`, `>`, `(`, `)` or `#` (a `?` or `*` is not expanded in an assignment).
+BARE_VALUE = re.compile(r"[A-Za-z0-9_./:@?=,+%*-]*")
+
+
+def env_example_values() -> dict[str, str]:
+    """Every uncommented `NAME=value` of .env.example, with the value as written: inside single
+    quotes when quoted, else bare (and then holding nothing the shell would change)."""
+    out: dict[str, str] = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        m = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
+        if m is None:
+            assert not line.strip() or line.startswith("#"), f"not NAME=value nor a comment: {line!r}"
+            continue
+        name, value = m.groups()
+        quoted = re.fullmatch(r"'([^']*)'", value)
+        if quoted is not None:
+            out[name] = quoted.group(1)
+        else:
+            assert BARE_VALUE.fullmatch(value), f"{name}: quote this value for the shell: {value!r}"
+            out[name] = value
+    return out
+
+
+def test_the_env_example_loads_with_the_documented_command(tmp_path: Path) -> None:
+    """`set -a; . ./.env; set +a` (README, docs/guide/deployment.md) puts every variable of
+    .env.example into the environment exactly as written, and the providers' JSON parses."""
+    (tmp_path / ".env").write_text((ROOT / ".env.example").read_text())
+    dump = "import json, os; print(json.dumps(dict(os.environ)))"
+    script = f"set -a; . ./.env; set +a; exec {sys.executable} -c '{dump}'"
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env={"PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    loaded = json.loads(done.stdout)
+    expected = env_example_values()
+    assert {"SECRET_KEY", "DATABASE_URL", "ARCANA_PROVIDERS", "OPENAI_API_KEY"} <= set(expected)
+    assert {name: loaded.get(name) for name in expected} == expected
+    providers = json.loads(loaded["ARCANA_PROVIDERS"])
+    assert providers["openai"]["api_key_env"] == "OPENAI_API_KEY"

@@ -186,7 +186,12 @@ def test_it_limits_concurrent_conversations_per_project(api_client: Client, sett
     r = post(api_client, {"script": ["c"]})
 
     assert r.status_code == 429 and "ARCANA_MAX_CONCURRENT_CONVERSATIONS" in r.json()["error"]
-    assert post(api_client, {"script": None}).status_code == 201  # a waiting playground holds no worker
+    assert r["Retry-After"] == "30"
+    playground = post(api_client, {"script": None})
+    assert playground.status_code == 201  # a waiting playground holds no worker
+    # Its message would make a third running conversation: the same 429, the same Retry-After.
+    r = post(api_client, {"content": "hi"}, f"{URL}/{playground.json()['id']}/messages")
+    assert r.status_code == 429 and r["Retry-After"] == "30"
 
 
 def test_it_lists_configured_providers_without_keys(alice_client: Client, providers: None) -> None:
@@ -288,3 +293,63 @@ def test_an_ingest_only_key_may_not_start_conversations(project: Project, alice:
     r = post(client, {"script": ["hi"]})
 
     assert r.status_code == 403 and Conversation.objects.count() == 0
+
+
+def test_a_script_is_bounded_by_the_turn_limit(api_client: Client, settings: Any) -> None:
+    settings.ARCANA_MAX_TURNS_PER_CONVERSATION = 3
+    assert post(api_client, {"script": ["a", "b", "c"]}).status_code == 201
+
+    r = post(api_client, {"script": ["m"] * 10_000})
+
+    assert r.status_code == 400
+    assert r.json()["detail"] == [
+        {
+            "field": "script",
+            "message": "at most 3 messages: a conversation stops at 3 turns (ARCANA_MAX_TURNS_PER_CONVERSATION)",
+        }
+    ]
+    assert Conversation.objects.count() == 1
+
+
+def test_a_body_past_the_byte_limit_is_refused_unread(api_client: Client, settings: Any) -> None:
+    settings.ARCANA_MAX_CONVERSATION_BYTES = 4096
+    r = post(api_client, {"script": ["x" * 5000]})
+
+    assert r.status_code == 413
+    assert r.json()["error"] == "body is larger than the 4,096-byte limit; send less"
+    assert Conversation.objects.count() == 0
+
+
+def test_a_playground_stops_taking_messages_at_the_byte_limit(api_client: Client, settings: Any) -> None:
+    settings.ARCANA_MAX_CONVERSATION_BYTES = 4096
+    conv = Conversation.objects.get(pk=post(api_client, {"script": None}).json()["id"])
+    conv.script = [{"agent": None, "content": "é" * 1500}]  # 3,000 bytes said so far
+    conv.save(update_fields=["script"])
+
+    r = post(api_client, {"content": "y" * 1200}, f"{URL}/{conv.pk}/messages")
+
+    assert r.status_code == 413
+    assert r.json()["detail"][0]["field"] == "content"
+    assert "4,096-byte limit (ARCANA_MAX_CONVERSATION_BYTES)" in r.json()["error"]
+    conv.refresh_from_db()
+    assert len(conv.script) == 1 and conv.status == "waiting_for_user"
+    assert post(api_client, {"content": "y" * 1000}, f"{URL}/{conv.pk}/messages").status_code == 202
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"script": ["ok", "a\ud800"]}, "script[1]"),
+        ({"system": "a\ud800", "script": ["hi"]}, "system"),
+        ({"agents": [{"name": "a\ud800"}], "script": ["hi"]}, "agents[0].name"),
+        ({"script": ["hi"], "pin_budget_fraction": float("nan")}, "pin_budget_fraction"),
+    ],
+)
+def test_a_lone_surrogate_or_nan_anywhere_is_a_400_naming_the_field(
+    api_client: Client, body: dict[str, Any], field: str
+) -> None:
+    r = post(api_client, body)
+
+    assert r.status_code == 400 and r.json()["error"] == "invalid input"
+    assert r.json()["detail"][0]["field"] == field
+    assert Conversation.objects.count() == 0

@@ -92,7 +92,8 @@ def test_the_api_rejects_the_bad_event_alone(
 # Bodies that are not a batch at all: one error answer in the one shape, nothing stored.
 BAD_BODIES: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ("not-json", b"{events: []}", {}, 400, "not valid JSON"),
-    ("not-utf8", b'{"events": ["\xff"]}', {}, 400, "not valid JSON"),
+    ("not-utf8", b'{"events": ["\xff"]}', {}, 400, "not valid UTF-8 (invalid start byte at byte 13)"),
+    ("not-utf8-in-other-shape", b'{"x": "\xc3"}', {}, 400, "not valid UTF-8"),
     ("empty", b"", {}, 400, "not valid JSON"),
     ("deep-body", b"[" * 100_000 + b"]" * 100_000, {}, 400, "nested too deeply"),
     ("deep-events-value", b'{"events": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}", {}, 400, "nested too deeply"),

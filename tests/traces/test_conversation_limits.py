@@ -34,8 +34,10 @@ def _conversation(project: Project, **body: Any) -> Conversation:
 
 
 def test_it_stops_at_the_turn_limit(project: Project, settings: Any) -> None:
-    settings.ARCANA_MAX_TURNS_PER_CONVERSATION = 2
+    # A script longer than the limit is refused when it is sent (test_api_conversations.py); this one
+    # was accepted, then the operator lowered the limit.
     conv = _conversation(project, model="small-talk", script=["one", "two", "three"])
+    settings.ARCANA_MAX_TURNS_PER_CONVERSATION = 2
 
     service.run_pending_turns(conv.pk)
 

@@ -195,6 +195,16 @@ def test_a_bundle_and_its_delegation_are_shown_both_ways(
     # API
     assert alice_client.get(writer.api_url()).json()["delegated_by_run_id"] == ARCANA_PLANNER
     assert alice_client.get(planner.api_url()).json()["bundle_id"] == ARCANA_BUNDLE
+    # …and both directions, as the pages show them: the bundle in start order, who delegated, to whom.
+    writer_related = alice_client.get(writer.api_url()).json()["related"]
+    planner_related = alice_client.get(planner.api_url()).json()["related"]
+    for related_json in (writer_related, planner_related):
+        assert [r["run_id"] for r in related_json["bundle"]] == ARCANA_POOL_RUNS
+    assert writer_related["delegated_by"]["run_id"] == ARCANA_PLANNER
+    assert writer_related["delegated_by"]["url"] == planner.api_url() and writer_related["delegated"] == []
+    assert planner_related["delegated_by"] is None
+    assert [r["run_id"] for r in planner_related["delegated"]] == [ARCANA_WRITER]
+    assert planner_related["delegated"][0]["page_url"] == writer.get_absolute_url()
     # Runs list: the bundle and the delegation.
     listing = alice_client.get(reverse("traces:runs")).content.decode()
     row = listing[listing.index(writer.get_absolute_url()) :].split("</tr>")[0]

@@ -100,6 +100,17 @@ def test_it_keeps_what_a_truncated_gzip_held(api_client: Client, project: Projec
     done = wait_done(api_client, r.json()["url"])
     assert done["status"] == "done" and 0 < done["accepted"] < len(events)
     assert done["line_errors"][-1]["message"].endswith("(truncated gzip)")
+    # The counts agree with what was read: every whole line, and the line where reading stopped.
+    assert done["lines_total"] == done["lines_done"] == done["accepted"] + done["rejected"]
+
+
+def test_it_counts_the_lines_of_a_small_truncated_gzip(api_client: Client, project: Project) -> None:
+    events = sample_events("08b465c7")
+    data = gzip.compress(b"\n".join(json.dumps(e).encode() for e in events) + b"\n")
+    r = api_client.post("/api/v1/uploads", data=data[:-10], content_type="application/x-ndjson")
+    done = wait_done(api_client, r.json()["url"])
+    assert done["accepted"] == len(events) - 1 and done["rejected"] == 1
+    assert done["lines_total"] == done["lines_done"] == len(events)
 
 
 def test_it_checks_team_access(api_client: Client, charlie_client: Client, project: Project) -> None:

@@ -57,6 +57,15 @@ def test_it_flags_pinned_blocks_and_lists_active_pins(samples: Project, alice_cl
     assert html.count("[PIN]</span>") == 2
     assert "Active pins at turn 4" in html and "p_825eb861" in html
     assert "pinned at turn 3" in html
+    # …and the page says why "constraints" still has a pinned row, in the CLI's words (arcana replay).
+    assert [p.label for p in r.context["lingering_pins"]] == ["constraints"]
+    assert (
+        'Pin <span class="mono">p_76a38c7e</span> (until turn 3) is no longer active at turn 4, yet '
+        "arcana-agent 1.2 rendered it in this turn's working set: it renders a pin from the LLM call after "
+        "the pin call and keeps until_turn pins one call longer."
+    ) in html
+    # Turn 3: still active, nothing to explain.
+    assert alice_client.get(f"{run_path(PIN_RUN)}/turns/3").context["lingering_pins"] == []
 
 
 def test_it_shows_the_decision_table_explanation_and_budget(samples: Project, alice_client: Client) -> None:

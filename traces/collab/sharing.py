@@ -7,11 +7,14 @@ same templates as the team's pages, with two differences made here and nowhere e
 * `bind_run_to_share(run, token)` makes the run's own URL methods (`get_absolute_url`, `turn_url`,
   `live_url`, `fidelity_url`, `turn_live_url`) answer with share-scoped addresses, so every link and
   every polled fragment of the page stays inside `/s/<token>/…`;
-* `redact(ctx)` (hide-content links only) replaces every content string the page would show — message
-  text, the model's output, prompt snapshots, pin content, tool arguments and results, primitive
-  arguments and results, error messages and failure reasons, note bodies — with its size (`[hidden: 1,204 chars]`), keeping structure,
-  token counts, decisions, fidelity levels and pin labels. Nothing is hidden with CSS: what is not in
-  the context is not in the HTML.
+* `redact(ctx)` (hide-content links only) replaces every content string the page would show with its
+  size (`[hidden: 1,204 chars]`): first the known content (message text, the model's output, prompt
+  snapshots, pin content, tool and primitive arguments and results, error messages and failure
+  reasons, note bodies) keeping the page's structure, then, by allow-list (`traces.collab.redaction`),
+  every string not known to carry no content: ids, numbers, levels, roles, statuses and times are
+  shown, anything else (pin labels, a decision's explanation, a reason in words) is hidden, and the
+  tables and charts drawn before are drawn again from what is left (`traces.collab.hidden_views`).
+  Nothing is hidden with CSS: what is not in the context is not in the HTML.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from django.http import Http404, HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
+from traces.collab import hidden_views, redaction
 from traces.models import Action, AuditLog, Membership, Note, Pin, PrimitiveEvent, Run, ShareLink, Step
 from traces.teams import audit
 
@@ -198,10 +202,11 @@ def hide(value: Any) -> Any:
     return Hidden(_text_size(value))
 
 
-# Primitive result keys that describe what happened, not what was said: kept in hide-content mode.
+# Primitive result keys that describe what happened, not what was said: kept in hide-content mode (a
+# pin's label is the model's text: hidden, as everywhere on such a page).
 _PRIMITIVE_STRUCTURE = {
     "recall": ("turn", "include", "found"),
-    "pin": ("pinned", "pin_id", "label", "until_turn", "already_pinned", "reason", "tokens"),
+    "pin": ("pinned", "pin_id", "until_turn", "already_pinned", "reason", "tokens"),
     "unpin": ("unpinned", "pin_id"),
 }
 
@@ -215,8 +220,10 @@ def _hide_primitive(ev: PrimitiveEvent) -> tuple[PrimitiveEvent, str]:
     args = ev.args if isinstance(ev.args, dict) else {}
     result = ev.result if isinstance(ev.result, dict) else {}
     skeleton = copy.copy(ev)
-    skeleton.args = {k: args[k] for k in keep if k in args and not isinstance(args[k], dict | list)}
-    skeleton.result = {k: result[k] for k in keep if k in result and not isinstance(result[k], dict | list)}
+    skeleton.args = {k: _code(k, args[k]) for k in keep if k in args and not isinstance(args[k], dict | list)}
+    skeleton.result = {
+        k: _code(k, result[k]) for k in keep if k in result and not isinstance(result[k], dict | list)
+    }
     if ev.primitive == "recall" and isinstance(result.get("messages"), list):
         skeleton.result["messages"] = [None] * len(result["messages"])
     skeleton.note = ""
@@ -226,6 +233,11 @@ def _hide_primitive(ev: PrimitiveEvent) -> tuple[PrimitiveEvent, str]:
     out = copy.copy(ev)
     out.args, out.result, out.note = hide(ev.args), hide(ev.result), ""
     return out, line
+
+
+def _code(key: str, value: Any) -> Any:
+    """A kept primitive value: numbers and flags as they are, a string only when it is a code."""
+    return hide(value) if isinstance(value, str) and not redaction.shown(key, value) else value
 
 
 def _hide_pin(pin: Pin) -> Pin:
@@ -374,7 +386,7 @@ def redact(ctx: dict[str, Any], *, hide_content: bool) -> dict[str, Any]:
             }
             for sv in out["steps"]
         ]
-    return out
+    return hidden_views.allow_only_ctx(out, hide)
 
 
 def _shared_note(note: Note, hide_content: bool) -> Note:

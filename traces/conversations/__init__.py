@@ -63,7 +63,9 @@ from traces.conversations.spec import (
     ConversationInputError,
     ConversationLimitError,
     ConversationSpec,
+    ConversationTooLarge,
     check_conversation_request,
+    max_conversation_bytes,
 )
 from traces.conversations.worker import (
     build_engine,
@@ -81,6 +83,7 @@ __all__ = [
     "ConversationInputError",
     "ConversationLimitError",
     "ConversationSpec",
+    "ConversationTooLarge",
     "ProviderChoice",
     "ServerProvider",
     "StoreSink",
@@ -91,6 +94,7 @@ __all__ = [
     "check_conversation_request",
     "claim",
     "enqueue",
+    "max_conversation_bytes",
     "parse_providers",
     "post_message",
     "run_demo_conversation",

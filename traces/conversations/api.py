@@ -172,12 +172,20 @@ def _conversation_for(request: Request, conversation_id: int) -> Conversation:
 FORBIDDEN = "your role in this team may read runs but not start or steer conversations"
 
 
-class ConversationListView(BaseView):
+class ConversationBodyLimit:
+    """The conversations' request bodies: at most `ARCANA_MAX_CONVERSATION_BYTES` (413 above it)."""
+
+    def body_limit(self) -> int:
+        return service.max_conversation_bytes()
+
+
+class ConversationListView(ConversationBodyLimit, BaseView):
     @extend_schema(
         request=ConversationCreateSerializer,
         responses={
             201: ConversationCreatedSerializer,
             400: ErrorSerializer,
+            413: ErrorSerializer,
             403: ErrorSerializer,
             404: ErrorSerializer,
             429: OpenApiResponse(
@@ -200,10 +208,12 @@ class ConversationListView(BaseView):
                 return error_response(403, FORBIDDEN)
             spec = service.check_conversation_request(data)
             conv = service.start_conversation(project, spec, user=request.user)
+        except service.ConversationTooLarge as exc:
+            return error_response(413, exc.message, exc.detail)
         except service.ConversationInputError as exc:
             return error_response(400, "invalid input", exc.detail)
         except service.ConversationLimitError as exc:
-            return error_response(429, str(exc))
+            return error_response(429, str(exc), headers={"Retry-After": str(exc.retry_after)})
         body = {
             "id": conv.pk,
             "run_id": conv.run_id,
@@ -233,12 +243,13 @@ class ConversationDetailView(BaseView):
         return Response(_conversation_for(request, conversation_id).to_dict())
 
 
-class ConversationMessageView(BaseView):
+class ConversationMessageView(ConversationBodyLimit, BaseView):
     @extend_schema(
         request=MessageSerializer,
         responses={
             202: ConversationSerializer,
             400: ErrorSerializer,
+            413: ErrorSerializer,
             403: ErrorSerializer,
             404: ErrorSerializer,
             409: OpenApiResponse(ErrorSerializer, description="a turn is running, or the conversation ended"),
@@ -255,12 +266,14 @@ class ConversationMessageView(BaseView):
         data = request.data if isinstance(request.data, dict) else {}
         try:
             conv = service.post_message(conv, data.get("content"), agent=data.get("agent"))
+        except service.ConversationTooLarge as exc:
+            return error_response(413, exc.message, exc.detail)
         except service.ConversationInputError as exc:
             return error_response(400, "invalid input", exc.detail)
         except service.ConversationBusyError as exc:
             return error_response(409, str(exc))
         except service.ConversationLimitError as exc:
-            return error_response(429, str(exc))
+            return error_response(429, str(exc), headers={"Retry-After": str(exc.retry_after)})
         return Response(conv.to_dict(), status=202)
 
 

@@ -15,7 +15,10 @@ from traces.conversations.spec import (
     ConversationInputError,
     ConversationLimitError,
     ConversationSpec,
+    ConversationTooLarge,
     check_message,
+    max_conversation_bytes,
+    script_bytes,
 )
 from traces.models import Conversation, Project
 
@@ -79,7 +82,8 @@ def enqueue(conversation_id: int) -> None:
 
 def post_message(conversation: Conversation, content: Any, *, agent: Any = None) -> Conversation:
     """Queue one playground turn. `ConversationBusyError` unless it is `waiting_for_user`;
-    `ConversationInputError` for a bad message; `ConversationLimitError` when the project already runs
+    `ConversationInputError` for a bad message; `ConversationTooLarge` when the conversation's messages
+    would pass `ARCANA_MAX_CONVERSATION_BYTES`; `ConversationLimitError` when the project already runs
     its maximum of conversations."""
     if conversation.mode != Conversation.Mode.PLAYGROUND:
         raise ConversationBusyError("a scripted conversation takes no messages")
@@ -91,6 +95,7 @@ def post_message(conversation: Conversation, content: Any, *, agent: Any = None)
         raise ConversationInputError(
             [{"field": "content" if "message" in problem else "agent", "message": problem}]
         )
+    limit = max_conversation_bytes()
     with transaction.atomic():
         _check_concurrency(conversation.project)
         conv = Conversation.objects.select_for_update().get(pk=conversation.pk)
@@ -104,7 +109,10 @@ def post_message(conversation: Conversation, content: Any, *, agent: Any = None)
                 f"turn limit reached ({settings.ARCANA_MAX_TURNS_PER_CONVERSATION} turns, "
                 "ARCANA_MAX_TURNS_PER_CONVERSATION)"
             )
-        conv.script = [*conv.script, {"agent": agent if names else None, "content": content}]
+        script = [*conv.script, {"agent": agent if names else None, "content": content}]
+        if script_bytes(script) > limit:
+            raise ConversationTooLarge(limit, "content")
+        conv.script = script
         conv.status = Conversation.Status.QUEUED
         conv.attempts = 0
         conv.updated_at = timezone.now()

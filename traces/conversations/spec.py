@@ -6,8 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from runtime.scenarios import Scenario, get_scenario
 from traces.conversations.providers import PRIMITIVES, SCRIPTED, available_providers
+from traces.ingest.validation import value_problem
 
 MAX_MESSAGE_CHARS = 100_000
 MAX_SYSTEM_CHARS = 20_000
@@ -26,8 +29,34 @@ class ConversationBusyError(Exception):
     """The conversation cannot take a message now (a turn is running, or it has finished): 409."""
 
 
+class ConversationTooLarge(ConversationInputError):
+    """A conversation's messages would hold more than `ARCANA_MAX_CONVERSATION_BYTES`: 413 in the API
+    (a form, which catches `ConversationInputError`, shows it as any bad input)."""
+
+    def __init__(self, limit: int, field: str = "script") -> None:
+        self.message = (
+            f"the conversation's messages would be larger than the {limit:,}-byte limit "
+            "(ARCANA_MAX_CONVERSATION_BYTES); send less"
+        )
+        super().__init__([{"field": field, "message": self.message}])
+        self.limit = limit
+
+
+def max_conversation_bytes() -> int:
+    return int(settings.ARCANA_MAX_CONVERSATION_BYTES)
+
+
+def script_bytes(script: Sequence[Mapping[str, Any]]) -> int:
+    """The bytes (UTF-8) of a checked script's messages."""
+    return sum(len(str(m.get("content") or "").encode("utf-8", "replace")) for m in script)
+
+
 class ConversationLimitError(Exception):
-    """An operator limit refuses the request (concurrent conversations of a project): 429."""
+    """An operator limit refuses the request (concurrent conversations of a project): 429, with
+    `retry_after` seconds for its `Retry-After` (a hint: a slot frees when a running conversation
+    finishes, which no one can foretell; a turn takes seconds)."""
+
+    retry_after = 30
 
 
 @dataclass
@@ -89,6 +118,10 @@ def check_conversation_request(data: Any) -> ConversationSpec:
 
     if not isinstance(data, Mapping):
         raise ConversationInputError([{"field": "body", "message": "must be a JSON object"}])
+    # The API's decoder refused these already; the new-run form's data gets the same rules here.
+    problem = value_problem(dict(data))
+    if problem is not None:
+        raise ConversationInputError([{"field": problem[0] or "body", "message": problem[1]}])
     unknown = sorted(set(data) - set(REQUEST_FIELDS))
     if unknown:
         bad("body", f"unknown fields: {', '.join(map(str, unknown))}")
@@ -133,6 +166,8 @@ def check_conversation_request(data: Any) -> ConversationSpec:
 
     if errors:
         raise ConversationInputError(errors)
+    if script is not None and script_bytes(script) > max_conversation_bytes():
+        raise ConversationTooLarge(max_conversation_bytes())
     return ConversationSpec(
         provider=provider,
         model=str(model),
@@ -212,6 +247,13 @@ def _check_script(value: Any, agents: list[str], bad: Any) -> list[dict[str, Any
         return None
     if not isinstance(value, list) or not value:
         bad("script", "must be a non-empty list of messages, or null for a playground")
+        return None
+    turns = int(settings.ARCANA_MAX_TURNS_PER_CONVERSATION)
+    if len(value) > turns:  # a script of 10,000 messages is not read: it would stop at the limit
+        bad(
+            "script",
+            f"at most {turns} messages: a conversation stops at {turns} turns (ARCANA_MAX_TURNS_PER_CONVERSATION)",
+        )
         return None
     out: list[dict[str, Any]] = []
     for i, item in enumerate(value):

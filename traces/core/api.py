@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.handlers.wsgi import LimitedStream
 from django.http import Http404
 from rest_framework import exceptions, permissions, status
@@ -24,6 +25,7 @@ from rest_framework.views import APIView, exception_handler, set_rollback
 from runtime import errors as runtime_errors
 from traces.core import access
 from traces.core.authentication import ApiKeyAuthentication, key_of
+from traces.core.jsonbody import DEFAULT_BODY_LIMIT, PayloadTooLarge, decode_write_body
 from traces.models import (
     Action,
     Project,
@@ -41,8 +43,10 @@ def error_body(error: str, detail: list[dict[str, Any]] | None = None) -> dict[s
     return dict(runtime_errors.error_body(error, detail))  # type: ignore[arg-type]
 
 
-def error_response(code: int, error: str, detail: list[dict[str, Any]] | None = None) -> Response:
-    return Response(error_body(error, detail), status=code)
+def error_response(
+    code: int, error: str, detail: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(error_body(error, detail), status=code, headers=headers)
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -71,6 +75,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     return response
 
 
+#: `Retry-After` (seconds) of a 429 whose view gave none.
+DEFAULT_RETRY_AFTER = 30
+
+
 class BaseView(APIView):
     """Key or session authentication, our error shape, JSON out."""
 
@@ -83,16 +91,31 @@ class BaseView(APIView):
     def get_exception_handler(self) -> Callable[..., Response | None]:
         return api_exception_handler
 
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        """Every 429 says when to come back: a view that set no `Retry-After` gets the default."""
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code == status.HTTP_429_TOO_MANY_REQUESTS and not response.has_header(
+            "Retry-After"
+        ):
+            response["Retry-After"] = str(DEFAULT_RETRY_AFTER)
+        return response
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         key = key_of(request)
         if key is not None and self.key_scope == "read" and not key.can_read:
             raise exceptions.PermissionDenied("this API key is ingest-only; use a read + ingest key to read")
+        decode_write_body(request)  # a bad JSON body is refused before the view acts (traces.core.jsonbody)
+
+    def body_limit(self) -> int:
+        """The largest JSON body this endpoint reads (`traces.core.jsonbody`): 413 above it."""
+        return DEFAULT_BODY_LIMIT
 
 
 def writable_project(request: Request, slug: str | None, team: str | None) -> Project:
     """The project an upload goes to: the key's, or the user's project named by `slug` (and `team`
-    when the slug is ambiguous) where the user is not a viewer. 404 otherwise."""
+    when the slug is ambiguous). A project outside the user's teams is a 404; one where their role
+    may read but not upload (a viewer) is a 403 that says why (`access.require`)."""
     key = key_of(request)
     if key is not None:
         return key.project
@@ -100,7 +123,7 @@ def writable_project(request: Request, slug: str | None, team: str | None) -> Pr
         raise exceptions.ValidationError({"project": "name the project (its slug) to upload to"})
     if "\x00" in f"{slug}{team or ''}":  # no project is named so; PostgreSQL refuses NUL in a query
         raise exceptions.ValidationError({"project": "a project slug or team name holds no NUL character"})
-    qs = access.projects(request, Action.UPLOAD).filter(slug=slug).select_related("team")
+    qs = access.projects(request).filter(slug=slug).select_related("team")
     if team:
         qs = qs.filter(team__name=team)
     found = list(qs[:2])
@@ -108,6 +131,10 @@ def writable_project(request: Request, slug: str | None, team: str | None) -> Pr
         raise Http404("no such project")
     if len(found) > 1:
         raise exceptions.ValidationError({"team": "several of your teams have this project; name the team"})
+    try:
+        access.require(request, found[0].team_id, Action.UPLOAD)
+    except DjangoPermissionDenied as exc:
+        raise exceptions.PermissionDenied(f"{exc} Uploading traces needs the member role or above.") from None
     return found[0]
 
 
@@ -170,11 +197,3 @@ def read_limited(request: Request, limit: int) -> bytes:
     if len(data) > limit:
         raise PayloadTooLarge(limit)
     return data
-
-
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"body is larger than the {limit:,}-byte limit; send smaller batches")

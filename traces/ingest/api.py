@@ -26,13 +26,13 @@ from traces.core import access
 from traces.core.api import (
     BaseView,
     ChunkedBodyMixin,
-    PayloadTooLarge,
     content_length,
     error_response,
     read_limited,
     writable_project,
 )
 from traces.core.authentication import KEY_CACHE_SECONDS, ApiKeyAuthentication, key_of
+from traces.core.jsonbody import PayloadTooLarge
 from traces.core.serializers import ErrorSerializer
 from traces.ingest.ratelimit import IngestRateThrottle
 from traces.ingest.serializers import (
@@ -146,6 +146,10 @@ class IngestView(ChunkedBodyMixin, BaseView):
 # Uploads
 
 
+#: One rule for both ways to upload (a multipart `file`, a raw body): zero bytes is refused.
+EMPTY_UPLOAD = "the upload is empty (0 bytes); send JSONL lines, as a multipart 'file' or as the body"
+
+
 class UploadListView(ChunkedBodyMixin, BaseView):
     """Upload a JSONL file (multipart field `file`, or a raw `application/x-ndjson` body)."""
 
@@ -183,6 +187,8 @@ class UploadListView(ChunkedBodyMixin, BaseView):
                 return error_response(400, "multipart body has no 'file' field")
             if upload.size is not None and upload.size > limit:
                 raise PayloadTooLarge(limit)
+            if not upload.size:  # the raw body's rule: an empty file is refused, not queued
+                return error_response(400, EMPTY_UPLOAD)
             name = clean_file_name(upload.name)  # NUL, `../`, 1,000 characters: cleaned, not a 500
             if not name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
                 return error_response(400, f"file must be .jsonl or .jsonl.gz, got {name!r}")
@@ -197,7 +203,7 @@ class UploadListView(ChunkedBodyMixin, BaseView):
                     raise PayloadTooLarge(limit)
                 tmp.write(chunk)
             if size == 0:
-                return error_response(400, "empty body; send JSONL lines or a multipart 'file'")
+                return error_response(400, EMPTY_UPLOAD)
             tmp.seek(0)
             name = clean_file_name(
                 params.get("filename"), "upload.jsonl.gz" if "gzip" in content_type else "upload.jsonl"

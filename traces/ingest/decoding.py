@@ -96,6 +96,8 @@ def parse_batch(body: bytes | str) -> tuple[Any, list[str | None] | None]:
         ) from None
     except json.JSONDecodeError:
         raise
+    except UnicodeDecodeError as exc:  # a ValueError too: before the digits' case, which it is not
+        raise ValueError(f"the body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     except ValueError:  # an integer longer than Python converts (4,300 digits)
         raise ValueError(f"the body cannot be decoded: {TOO_MANY_DIGITS}") from None
 

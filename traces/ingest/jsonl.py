@@ -129,11 +129,16 @@ def _read_error(exc: BaseException) -> str:
 
 
 def count_lines(fh: IO[bytes]) -> int:
-    """The number of lines in a (possibly gzip) stream, reading what can be read."""
+    """The number of lines in a (possibly gzip) stream, reading what can be read.
+
+    A gzip stream is read with `read1` (one decompression step a call): a truncated file raises at
+    its end, and `read` would drop what the failing call had already decompressed (a small file: all
+    of it), counting 0 lines where `ingest_jsonl` then stores every whole one."""
     n = 0
     last = b"\n"
+    read = getattr(fh, "read1", fh.read)
     try:
-        while chunk := fh.read(1 << 20):
+        while chunk := read(1 << 16):
             n += chunk.count(b"\n")
             last = chunk[-1:]
     except (EOFError, OSError, zlib.error):

@@ -34,6 +34,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from runtime.errors import error_detail
@@ -167,9 +168,13 @@ def process_upload(upload_id: int, *, time_budget: float = UPLOAD_TIME_BUDGET_S)
             enqueue_upload(upload_id)
         done = Upload.objects.filter(pk=upload_id).values_list("lines_done", flat=True).first()
         return {"upload": upload_id, "status": "requeued", "lines_done": done}
+    # The count read before ingesting and the lines ingested agree, whichever is larger (a file that
+    # could not be read to its end is counted up to the line where reading stopped).
+    whole = Greatest(Coalesce(F("lines_total"), 0), F("lines_done"))
     Upload.objects.filter(pk=upload_id, lease_owner=owner).update(
         status=Upload.Status.DONE,
-        lines_done=F("lines_total"),
+        lines_total=whole,
+        lines_done=whole,
         finished_at=timezone.now(),
         lease_owner="",
         lease_expires_at=None,

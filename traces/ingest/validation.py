@@ -116,6 +116,21 @@ def check_event(data: Any, *, index: int | None = None) -> TraceEvent:
     return _check_envelope(data, index)
 
 
+def value_problem(value: Any) -> tuple[str, str] | None:
+    """The first part of a decoded JSON value that breaks the nesting, string or number rules above,
+    as `(field, message)` (`field`: its path such as `script[2].content`, "" for `value` itself); None
+    when there is none. The request decoder of every other endpoint applies these rules with it
+    (`traces.core.jsonbody`)."""
+    if not isinstance(value, dict | list):
+        message = _scalar_problem(value)
+        return None if message is None else ("", message)
+    problem = _scan(value, 1)
+    if problem is None:
+        return None
+    path, message = problem
+    return _field(path), message
+
+
 def _check_envelope(data: Any, index: int | None) -> TraceEvent:
     """`check_event` after the walk over every value (or for a value whose JSON text proved that the
     walk finds nothing: `_plain_body`)."""

@@ -27,13 +27,14 @@ from rest_framework.response import Response
 
 from runtime.otlp import DecodeLimits, OtlpDecodeError, decode_request, encode_response
 from traces import ingest
-from traces.core.api import BaseView, ChunkedBodyMixin, PayloadTooLarge, read_limited
+from traces.core.api import BaseView, ChunkedBodyMixin, read_limited
 from traces.core.authentication import (
     KEY_CACHE_SECONDS,
     ApiKeyAuthentication,
     ApiKeyHeaderAuthentication,
     key_of,
 )
+from traces.core.jsonbody import PayloadTooLarge
 from traces.ingest.api import RawBodyParser
 from traces.ingest.ratelimit import IngestRateThrottle
 from traces.ingest.spans import do_ingest_spans

@@ -106,8 +106,42 @@ def _api_turn_link(run: Run) -> Callable[[int], str]:
     return run.api_turn_url
 
 
+def _run_link(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "url": run.api_url(),
+        "page_url": run.get_absolute_url(),
+        "agents": list(run.agents or []),
+        "status": run.status,
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+    }
+
+
+def related_runs(run: Run) -> dict[str, Any]:
+    """The runs linked to `run` (`Run.related_runs`, as the run page shows them both ways): its
+    sub-agent bundle in start order (itself included), the run that delegated it (`stored: false`
+    with no addresses when that run was not uploaded), and the runs it delegated, in start order."""
+    related = run.related_runs
+    by: dict[str, Any] | None = None
+    if related.delegated_by is not None:
+        by = {**_run_link(related.delegated_by), "stored": True}
+    elif run.delegated_by_run_id:
+        by = {"run_id": run.delegated_by_run_id, "stored": False}
+    return {
+        "bundle": [_run_link(r) for r in related.bundle],
+        "delegated_by": by,
+        "delegated": [_run_link(r) for r in related.delegated],
+    }
+
+
 class RunDetailView(BaseView):
-    @extend_schema(responses={200: RunSerializer}, summary="One run with its turns and pins")
+    @extend_schema(
+        responses={200: RunSerializer},
+        summary="One run with its turns, pins and related runs",
+        description="`related`: `bundle` (the runs of its sub-agent bundle in start order, itself "
+        "included), `delegated_by` (the run that delegated it, or null) and `delegated` (the runs it "
+        "delegated), each with `run_id`, `url`, `page_url`, `agents`, `status` and `started_at`.",
+    )
     def get(self, request: Request, project_id: int, run_id: str) -> Response:
         run = access.get_run(request, project_id, run_id)
         data = represent(RunSerializer, run)
@@ -121,6 +155,7 @@ class RunDetailView(BaseView):
         data["turn_list"] = turn_list
         pins = sqlread.fetch(Pin, "WHERE run_id = %s ORDER BY created_turn, created_step, id", [run.pk])
         data["pins"] = represent_many(PinSerializer, pins)
+        data["related"] = related_runs(run)
         return Response(data)
 
     @extend_schema(

@@ -12,6 +12,7 @@ from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest
 
+from runtime import facts
 from traces.collab import notes
 from traces.models import (
     PrimitiveEvent,
@@ -210,6 +211,7 @@ def turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[st
         "agent_tabs": agent_tabs(run, number),
         "steps": step_views,
         "active_pins": parts.active_pins,
+        **lingering_ctx(run, agent, number),
         "loose_primitives": parts.loose_primitives,
         "prev_turn": parts.prev_turn,
         "next_turn": parts.next_turn,
@@ -219,6 +221,21 @@ def turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[st
         **notes.note_perm_ctx(
             next((m for m in memberships_of(request) if m.team_id == run.project.team_id), None)
         ),
+    }
+
+
+def lingering_ctx(run: Run, agent: str, number: int) -> dict[str, Any]:
+    """An arcana-agent 1.2 run's pins no longer active at turn `number` that its working set still
+    rendered (an `until_turn` pin one call longer: `runtime.facts.lingering_pins`), and why, in the
+    CLI's words (`ARCANA_PIN_RENDERING`): the turn page shows their pinned rows and says so."""
+    if run.source != Run.Source.ARCANA:
+        return {"lingering_pins": []}
+    pins = run.pins.filter(agent=agent, created_turn__lt=number).order_by(
+        "created_turn", "created_step", "id"
+    )
+    return {
+        "lingering_pins": facts.lingering_pins(pins, number),
+        "arcana_pin_rendering": facts.ARCANA_PIN_RENDERING,
     }
 
 

@@ -1,0 +1,323 @@
+"""Every write route of the API schema against the bad-input matrix (issue 39): a NUL, a lone surrogate,
+NaN and Infinity, an integer beyond 2**53, nesting too deep, a body too large, invalid UTF-8, a body
+that is not an object, and every field of a valid body given a wrong type. Each answers 4xx in the one
+error shape and stores nothing; hypothesis then hides poisoned values anywhere in the valid bodies.
+
+The routes come from `/api/v1/schema`: a write route added without a valid body here fails
+`test_every_write_route_of_the_schema_is_walked`, and `test_the_valid_bodies_are_accepted` proves the
+bodies valid, so each variant is refused for what was changed, not for something else."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.test import Client
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from tests.traces.bad_input_cases import good
+from traces import conversations, ingest
+from traces.collab import sharing
+from traces.core.jsonbody import DEFAULT_BODY_LIMIT
+from traces.models import Conversation, Note, Project, Run, ShareLink
+
+WRITE_METHODS = ("post", "put", "patch", "delete")
+#: Columns a refused request may still change: the key's last use and its rate-limit window.
+VOLATILE = {"last_used_at", "rate_window", "rate_count"}
+
+
+@dataclass
+class World:
+    project: Project
+    run: Run
+    note: Note
+    link: ShareLink
+    playground: Conversation
+
+
+@pytest.fixture
+def world(project: Project, alice: Any) -> World:
+    ingest.ingest_events(project, [good("walked", 1), good("walked", 2)], source="api")
+    run = Run.objects.get(project=project, run_id="walked")
+    note = Note.objects.create(run=run, author=alice, body="a note", turn_number=1)
+    link, _raw = sharing.do_create_share_link(run, alice)
+    spec = conversations.check_conversation_request({"script": None})
+    playground = conversations.start_conversation(project, spec, user=alice)
+    return World(project, run, note, link, playground)
+
+
+#: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
+#: rather than alice's session.
+def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        ("post", "/api/v1/conversations"): {
+            "project": w.project.slug,
+            "provider": "scripted",
+            "model": "small-talk",
+            "system": "be brief",
+            "cognitive_primitives": ["pin", "recall"],
+            "context_window": 4096,
+            "pin_budget_fraction": 0.5,
+            "prompt_snapshots": True,
+            "script": ["hello", {"agent": "a", "content": "again"}],
+            "agents": [{"name": "a", "system": "s", "cognitive_primitives": None}],
+        },
+        ("post", "/api/v1/conversations/{conversation_id}/messages"): {"content": "hi"},
+        ("post", "/api/v1/conversations/{conversation_id}/cancel"): {},
+        # An event already stored: the valid body stores nothing new (a duplicate), so any variant
+        # that stored something would show. Ingest ignores keys beside `events` (stores nothing of them).
+        ("post", "/api/v1/ingest"): {"events": [good("walked", 2)]},
+        ("post", "/api/v1/notes"): {
+            "project": str(w.project.pk),
+            "run_id": w.run.run_id,
+            "turn": 1,
+            "step": 1,
+            "label": "bug",
+            "body": "look here",
+        },
+        ("patch", "/api/v1/notes/{note_id}"): {"label": "expected", "body": "changed"},
+        ("delete", "/api/v1/notes/{note_id}"): {},
+        ("post", "/api/v1/share-links"): {
+            "project": w.project.slug,
+            "run_id": w.run.run_id,
+            "hide_content": True,
+            "expires_at": "2099-01-01T00:00:00Z",
+        },
+        ("delete", "/api/v1/share-links/{link_id}"): {},
+        # An upload's body is a file, checked line by line by ingest's rules when it is processed
+        # (test_bad_input.py); here the matrix goes into its parameters (`project` as a JSON field
+        # is not read: the query string names the project).
+        ("post", "/api/v1/uploads"): {"project": w.project.slug},
+        # Last: the routes above need the run.
+        ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
+    }
+
+
+def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
+    url = (
+        path.replace("{conversation_id}", str(w.playground.pk))
+        .replace("{note_id}", str(w.note.pk))
+        .replace("{link_id}", str(w.link.pk))
+        .replace("{project_id}", str(w.project.pk))
+        .replace("{run_id}", w.run.run_id)
+    )
+    if path == "/api/v1/uploads":
+        query = params or {"project": w.project.slug}
+        url += "?" + "&".join(f"{k}={v}" for k, v in query.items())
+    return url
+
+
+def snapshot() -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the app (volatile key columns left out)."""
+    out = {}
+    for model in apps.get_app_config("traces").get_models():
+        names = [f.attname for f in model._meta.concrete_fields if f.attname not in VOLATILE]
+        out[model.__name__] = sorted(map(repr, model.objects.values_list(*names)))
+    return out
+
+
+def send(
+    clients: dict[str, Client], method: str, path: str, w: World, body: bytes, params: Any = None
+) -> Any:
+    client = clients["key"] if path == "/api/v1/ingest" else clients["session"]
+    call: Callable[..., Any] = getattr(client, method)
+    return call(url_of(path, w, params), data=body, content_type="application/json")
+
+
+# --------------------------------------------------------------------------------------------------
+# The matrix
+
+NUL = "a\x00b"
+SURROGATE = "a\ud800b"
+BAD_SCALARS: list[tuple[str, str]] = [
+    ("nul", json.dumps(NUL)),
+    ("surrogate", json.dumps(SURROGATE)),
+    ("nul-key", json.dumps({NUL: 1})),
+    ("nan", "NaN"),
+    ("infinity", "-Infinity"),
+    ("overflow", "1e999"),
+    ("huge-int", str(2**60)),
+    ("digits", "9" * 5000),
+    ("deep", "[" * 40 + "]" * 40),
+    ("very-deep", "[" * 100_000 + "]" * 100_000),
+]
+WRONG_TYPES: list[tuple[str, str]] = [("object", '{"x": 1}'), ("nested-list", "[[1]]")]
+
+
+def leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of every value of a JSON value (containers too, the root excepted)."""
+    if path:
+        yield path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from leaves(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from leaves(v, (*path, i))
+
+
+def with_raw(body: Any, path: tuple[Any, ...], raw: str) -> bytes:
+    """`body` as JSON text with the value at `path` replaced by the JSON text `raw` (which json.dumps
+    could not write: NaN is fine, a 100,000-deep list is not)."""
+    marker = "\x01MARK\x01"
+    copy = json.loads(json.dumps(body))
+    target = copy
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = marker
+    return json.dumps(copy).replace(json.dumps(marker), raw).encode("utf-8", "surrogatepass")
+
+
+def variants(body: dict[str, Any], limit: int) -> Iterator[tuple[str, bytes]]:
+    for path in leaves(body):
+        where = ".".join(map(str, path))
+        for name, raw in BAD_SCALARS:
+            yield f"{where}={name}", with_raw(body, path, raw)
+        # A wrong type for a field of the body; free-form metadata of an event takes any type.
+        if "metadata" not in path:
+            for name, raw in WRONG_TYPES:
+                yield f"{where}={name}", with_raw(body, path, raw)
+    for name, raw in BAD_SCALARS:
+        yield f"extra={name}", with_raw({**body, "extra": None}, ("extra",), raw)
+    yield "too-large", json.dumps({**body, "pad": "x" * (limit + 1)}).encode()
+    yield (
+        "not-utf8",
+        json.dumps({**body, "x": "\x02"}).replace("\\u0002", "\udcff").encode("utf-8", "surrogateescape"),
+    )
+    yield "not-json", b"{" + json.dumps(body).encode()
+    for name, raw in [("list", "[]"), ("string", '"x"'), ("number", "1"), ("null", "null")]:
+        yield f"body-is-{name}", raw.encode()
+    yield "body-nul-key", json.dumps({"\x00": 1, **body}).encode()
+    yield "body-very-deep", b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.fixture
+def clients(alice_client: Client, api_client: Client) -> dict[str, Client]:
+    return {"session": alice_client, "key": api_client}
+
+
+@pytest.fixture
+def small_limits(settings: Any) -> None:
+    settings.ARCANA_MAX_INGEST_BYTES = 8192
+    settings.ARCANA_MAX_CONVERSATION_BYTES = 8192
+
+
+def write_routes(client: Client) -> list[tuple[str, str]]:
+    schema = client.get("/api/v1/schema?format=json").json()
+    return sorted(
+        (method, path) for path, ops in schema["paths"].items() for method in ops if method in WRITE_METHODS
+    )
+
+
+def test_every_write_route_of_the_schema_is_walked(alice_client: Client, world: World) -> None:
+    assert set(write_routes(alice_client)) == set(valid_bodies(world))
+
+
+def test_the_valid_bodies_are_accepted(clients: dict[str, Client], world: World, small_limits: None) -> None:
+    """Each route in a test DB of its own: the valid body succeeds (so its variants test something)."""
+    for (method, path), body in valid_bodies(world).items():
+        if path == "/api/v1/uploads":
+            r = clients["session"].post(
+                url_of(path, world), data=b"{}\n", content_type="application/x-ndjson"
+            )
+        else:
+            r = send(clients, method, path, world, json.dumps(body).encode())
+        assert 200 <= r.status_code < 300, (method, path, r.status_code, r.content[:300])
+
+
+def body_limit(path: str) -> int:
+    """The endpoint's limit under `small_limits`: ingest's, the conversations' (start, message), or the
+    API's default."""
+    if path == "/api/v1/ingest" or path.endswith(("/conversations", "/messages")):
+        return 8192
+    return DEFAULT_BODY_LIMIT
+
+
+def test_every_write_route_refuses_the_matrix_and_stores_nothing(
+    clients: dict[str, Client], world: World, small_limits: None
+) -> None:
+    before = snapshot()
+    failures = []
+    for (method, path), body in valid_bodies(world).items():
+        if path == "/api/v1/uploads":
+            continue  # its parameters: below
+        for name, data in variants(body, body_limit(path)):
+            r = send(clients, method, path, world, data)
+            if path == "/api/v1/ingest" and r.status_code in (200, 207):
+                answer = r.json()
+                ok = answer["accepted"] == 0  # the event refused alone (207), or an ignored key (200)
+            else:
+                answer = r.json()
+                ok = 400 <= r.status_code < 500 and set(answer) == {"error", "detail"}
+            if not ok:
+                failures.append((method, path, name, r.status_code, r.content[:200]))
+            elif snapshot() != before:
+                failures.append((method, path, name, r.status_code, "stored something"))
+                before = snapshot()
+    for name, value in [("nul", NUL), ("surrogate", SURROGATE), ("long", "x" * 5000)]:
+        for param in ("project", "team"):
+            params = {"project": world.project.slug, param: value}
+            r = clients["session"].post(
+                url_of("/api/v1/uploads", world, {k: _quote(v) for k, v in params.items()}),
+                data=b"{}\n",
+                content_type="application/x-ndjson",
+            )
+            if not 400 <= r.status_code < 500 or snapshot() != before:
+                failures.append(
+                    ("post", "/api/v1/uploads", f"{param}={name}", r.status_code, r.content[:200])
+                )
+    assert failures == [], "\n".join(map(str, failures))
+
+
+def _quote(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(value.encode("utf-8", "surrogatepass"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Hypothesis: a poisoned value anywhere
+
+BAD_LEAF = st.sampled_from([raw for _name, raw in BAD_SCALARS if "very" not in _name])
+FINE_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-100, 100), st.text(max_size=5)).map(json.dumps)
+
+
+@st.composite
+def poisoned(draw: st.DrawFn, depth: int = 0) -> str:
+    """JSON text of a value holding at least one bad leaf, at any depth up to 5."""
+    if depth >= 5 or draw(st.booleans()):
+        return draw(BAD_LEAF)
+    inner = draw(poisoned(depth + 1))
+    others = draw(st.lists(FINE_LEAF, max_size=3))
+    at = draw(st.integers(0, len(others)))
+    items = [*others[:at], inner, *others[at:]]
+    if draw(st.booleans()):
+        return "[" + ", ".join(items) + "]"
+    return "{" + ", ".join(f'"k{i}": {v}' for i, v in enumerate(items)) + "}"
+
+
+@hsettings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_poisoned_value_anywhere_is_refused(
+    data: st.DataObject, clients: dict[str, Client], world: World, small_limits: None
+) -> None:
+    bodies = {k: v for k, v in valid_bodies(world).items() if k[1] != "/api/v1/uploads"}
+    method, path = data.draw(st.sampled_from(sorted(bodies)))
+    body = bodies[(method, path)]
+    paths = [p for p in leaves(body) if "metadata" not in p] or [("extra",)]
+    where = data.draw(st.sampled_from(paths))
+    target = body if where != ("extra",) else {**body, "extra": None}
+    before = snapshot()
+    r = send(clients, method, path, world, with_raw(target, where, data.draw(poisoned())))
+    assert r.status_code < 500
+    if path == "/api/v1/ingest":
+        assert r.status_code in (207, 400) and r.json().get("accepted", 0) == 0
+    else:
+        assert 400 <= r.status_code < 500, (path, where, r.content[:200])
+    assert snapshot() == before
