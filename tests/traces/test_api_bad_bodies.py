@@ -215,8 +215,13 @@ def write_routes(client: Client) -> list[tuple[str, str]]:
     )
 
 
+#: Write routes whose body is not the API's JSON, walked by a matrix of their own: OTLP/HTTP answers as
+#: the OpenTelemetry protocol says (tests/traces/otlp/test_bad_input.py: protobuf and OTLP/JSON).
+OWN_MATRIX = {("post", "/api/v1/otlp/v1/traces"), ("post", "/v1/traces")}
+
+
 def test_every_write_route_of_the_schema_is_walked(alice_client: Client, world: World) -> None:
-    assert set(write_routes(alice_client)) == set(valid_bodies(world))
+    assert set(write_routes(alice_client)) - OWN_MATRIX == set(valid_bodies(world))
 
 
 def test_the_valid_bodies_are_accepted(clients: dict[str, Client], world: World, small_limits: None) -> None:
