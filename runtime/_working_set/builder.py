@@ -14,18 +14,8 @@ from typing import Any, cast
 from .._json_text import MessageTexts
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
-from .records import (
-    LEVELS,
-    Budget,
-    ContextDecision,
-    ContextStrategy,
-    Fidelity,
-    PinBlock,
-    Summarizer,
-    WorkingSet,
-    _message_text,
-    render_pin,
-)
+from .config import LEVELS, Budget, ContextStrategy, Fidelity, message_text
+from .records import ContextDecision, PinBlock, Summarizer, WorkingSet, render_pin
 from .report import _Plan, context_report, explanation, sent_messages_and_decisions
 from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
 
@@ -380,7 +370,7 @@ class WorkingSetBuilder:
         return score
 
     def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
-        goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
+        goal = _keywords(message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         # The goal of the step before when equal, so each kept relevance is found by identity.
         last = self._goal if self.incremental else None
         if last is not None and last == goal:
@@ -495,7 +485,7 @@ class WorkingSetBuilder:
 
     @staticmethod
     def _summary_request(slots: list[_Slot], middle: list[_Slot], want: int) -> list[dict[str, Any]]:
-        goal = next((_message_text(s.msg) for s in slots if s.region == "task"), "")
+        goal = next((message_text(s.msg) for s in slots if s.region == "task"), "")
         lines = []
         for s in middle:
             text = _scoring_text(s.msg)

@@ -10,7 +10,8 @@ from operator import attrgetter
 from typing import Any
 
 from .._json_text import MessageTexts
-from .records import LEVELS, ContextReport, MessageDecision, PinBlock
+from .config import LEVELS
+from .records import ContextReport, MessageDecision, PinBlock
 from .slots import _Slot
 
 

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._json_text import MessageTexts
-from .records import Outcome, _message_text
+from .config import message_text
+from .records import Outcome
 
 _WORD = re.compile(r"[a-zA-Z_]\w{2,}")
 _ALARM = re.compile(r"error|failed|recovery|exception", re.IGNORECASE)
@@ -30,7 +31,7 @@ def _keywords(text: str) -> frozenset[str]:
 
 
 def _scoring_text(msg: Mapping[str, Any]) -> str:
-    text = _message_text(msg)
+    text = message_text(msg)
     calls = msg.get("tool_calls")
     if calls:
         bits = [text]
