@@ -160,15 +160,8 @@ def sent_messages_and_decisions(
     summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
     message, then per pin, in one pass."""
     slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
-    messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
-    sources: list[Source] = [s.info.sources[0] for s in slots[:k]]
-    messages.extend(plan.pin_msgs)
-    sources.extend(None for _ in plan.pin_msgs)
+    messages, sources, texts = _identity_and_pins(plan)
     l0_texts = plan.l0_texts
-    texts: list[MessageTexts | None] | None = None
-    if l0_texts is not None:
-        texts = l0_texts[:k]
-        texts.extend(None for _ in plan.pin_msgs)
     # Nothing to place when there is no summary.
     placed_summary = summary_msg is None
     made: dict[tuple[Any, ...], MessageDecision] = _DECISIONS if remember else {}
@@ -225,7 +218,37 @@ def sent_messages_and_decisions(
                 decision._text()
         add_decision(decision)
 
-    # Counted over the slots' and decisions' fields in C.
+    _count_sent(plan, decisions, sent_input, squeezed_before, squeezed_after)
+    decisions.extend(_pin_decisions(plan, remember))
+    return messages, decisions, sources, texts
+
+
+def _identity_and_pins(
+    plan: _Plan,
+) -> tuple[list[dict[str, Any]], list[Source], list[MessageTexts | None] | None]:
+    """The first messages sent (the identity, then the pins), their sources and their JSON texts
+    (None when the step before's texts are not known)."""
+    k = plan.k
+    messages: list[dict[str, Any]] = [dict(s.msg) for s in plan.slots[:k]]
+    sources: list[Source] = [s.info.sources[0] for s in plan.slots[:k]]
+    messages.extend(plan.pin_msgs)
+    sources.extend(None for _ in plan.pin_msgs)
+    texts: list[MessageTexts | None] | None = None
+    if plan.l0_texts is not None:
+        texts = plan.l0_texts[:k]
+        texts.extend(None for _ in plan.pin_msgs)
+    return messages, sources, texts
+
+
+def _count_sent(
+    plan: _Plan,
+    decisions: list[MessageDecision],
+    sent_input: int,
+    squeezed_before: int,
+    squeezed_after: int,
+) -> None:
+    """The plan's counts of what was sent (step 6), over the slots' and decisions' fields in C."""
+    slots = plan.slots
     plan.outcomes = dict(Counter(map(_OUTCOME, slots)))
     levels = Counter(map(_FIDELITY, decisions))
     levels.pop(None, None)  # not sent
@@ -233,8 +256,13 @@ def sent_messages_and_decisions(
     plan.l0_total = sum(map(_L0, slots))
     plan.sent_input = sent_input
     plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
-    start = len(decisions)
-    decisions.extend(
+
+
+def _pin_decisions(plan: _Plan, remember: bool) -> list[MessageDecision]:
+    """One decision per pin block, at its place in the output (after the identity); with
+    `remember`, each one's shape and text made now."""
+    k = plan.k
+    pins = [
         MessageDecision(
             index=k + j,
             role="system",
@@ -248,12 +276,12 @@ def sent_messages_and_decisions(
             pin_id=p.pin_id,
         )
         for j, p in enumerate(plan.pins)
-    )
+    ]
     if remember:
-        for pin in decisions[start:]:
+        for pin in pins:
             pin._shape()
             pin._text()
-    return messages, decisions, sources, texts
+    return pins
 
 
 _OUTCOME = attrgetter("outcome")
