@@ -16,8 +16,8 @@ from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, def
 from ..errors import ConfigError, ContextOverflowError
 from .config import LEVELS, Budget, ContextStrategy, Fidelity, message_text
 from .records import ContextDecision, PinBlock, Summarizer, WorkingSet, render_pin
-from .report import _Plan, context_report, explanation, sent_messages_and_decisions
-from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
+from .report import Plan, context_report, explanation, sent_messages_and_decisions
+from .slots import ALARM, BASE_SCORE, MessageInfo, Slot, find_units, is_plain, keywords_of, scoring_text
 
 #: Longest summary the builder asks for; the caller may pass it as `max_tokens` to the provider.
 SUMMARY_MAX_TOKENS = 500
@@ -66,7 +66,7 @@ class WorkingSetBuilder:
         self.budget = Budget(context_window, response_reserve)
         self.strategy = strategy if strategy is not None else ContextStrategy()
         self.fidelity = fidelity if fidelity is not None else Fidelity()
-        self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
+        self._infos: OrderedDict[Hashable, MessageInfo] = OrderedDict()
         self._lock = threading.Lock()
         # What the previous build found, for the next one to take what did not change (`_slots`).
         self._carried: _Carried | None = None
@@ -145,7 +145,7 @@ class WorkingSetBuilder:
         message_turns: Sequence[int] | None,
         tools: list[Mapping[str, Any]],
         pins: Sequence[PinBlock],
-    ) -> _Plan:
+    ) -> Plan:
         """Step 1: layers and units."""
         n = len(history)
         k = 0
@@ -165,11 +165,11 @@ class WorkingSetBuilder:
             slots[i].region = "identity"
         if task_idx is not None:
             slots[task_idx].region = "task"
-        plan = _Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
+        plan = Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
         plan.l0_texts = texts
         return plan
 
-    def _count(self, plan: _Plan) -> None:
+    def _count(self, plan: Plan) -> None:
         """Step 2: counts and the floor (identity + task + pins + reply priming must fit)."""
         counter = self.counter
         slots, k, task_idx = plan.slots, plan.k, plan.task_idx
@@ -191,7 +191,7 @@ class WorkingSetBuilder:
                 "Shorten the message, unpin content, send fewer tools or raise context_window."
             )
 
-    def _select(self, plan: _Plan) -> None:
+    def _select(self, plan: Plan) -> None:
         """Step 3: strategy selection from the demand ratio; passthrough only if all fits at L0."""
         history_l0 = sum(map(_L0, plan.slots))
         plan.demand = history_l0 + REPLY_PRIMING_TOKENS + plan.pin_tokens + plan.tools_tokens
@@ -202,7 +202,7 @@ class WorkingSetBuilder:
             plan.used = "tail_preserve"
             plan.note = "passthrough requested but the history does not fit at L0; used tail_preserve"
 
-    async def _apply(self, plan: _Plan, summarize: Summarizer | None) -> None:
+    async def _apply(self, plan: Plan, summarize: Summarizer | None) -> None:
         """Step 4: apply the strategy. `plan.fixed` = tokens of everything sent besides the input
         messages."""
         slots, k, task_idx = plan.slots, plan.k, plan.task_idx
@@ -243,7 +243,7 @@ class WorkingSetBuilder:
         if task_idx is not None:
             slots[task_idx].reason = "task"
 
-    def _fit_all(self, plan: _Plan) -> None:
+    def _fit_all(self, plan: Plan) -> None:
         """Step 5: fit the budget (see `_fit`); drop the summary only as a safety net."""
         slots, budget_total = plan.slots, plan.budget_total
         summary_msg = plan.summary_msg
@@ -265,7 +265,7 @@ class WorkingSetBuilder:
             raise ContextOverflowError(f"working set of {total} tokens exceeds budget {budget_total}")
         plan.total, plan.summary_tokens = total, summary_tokens
 
-    def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
+    def _assemble(self, plan: Plan, turn: int, step: int) -> WorkingSet:
         """Step 6: assemble identity, pins, then the rest in order; one decision per input message
         and per pin, and the report."""
         # A decision made before is taken again only with a plain counter's int counts.
@@ -323,14 +323,14 @@ class WorkingSetBuilder:
         return turns
 
     # -- step 4 helpers -----------------------------------------------------------------------
-    def _tail_start(self, slots: list[_Slot], units: list[list[int]], k: int) -> int:
+    def _tail_start(self, slots: list[Slot], units: list[list[int]], k: int) -> int:
         n = len(slots)
         start = max(k, n - self.strategy.keep_recent)
         if start < n:
             start = units[slots[start].unit][0]
         return start
 
-    def _aggressive(self, slots: list[_Slot], k: int) -> None:
+    def _aggressive(self, slots: list[Slot], k: int) -> None:
         user_idx = [s.index for s in slots[k:] if s.role == "user"]
         keep = self.strategy.aggressive_keep_turns
         cut = user_idx[-keep] if len(user_idx) >= keep else k
@@ -343,7 +343,7 @@ class WorkingSetBuilder:
                 s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
 
     @staticmethod
-    def _relevance(s: _Slot, goal: frozenset[str]) -> float:
+    def _relevance(s: Slot, goal: frozenset[str]) -> float:
         """A slot's score before its position term (`_relevance_of`), kept on the message's info for
         the goal and role it was worked out for."""
         kept = s.info.relevance
@@ -354,23 +354,23 @@ class WorkingSetBuilder:
         return score
 
     @staticmethod
-    def _relevance_of(s: _Slot, goal: frozenset[str]) -> float:
+    def _relevance_of(s: Slot, goal: frozenset[str]) -> float:
         """A slot's score before its position term: by role, keywords shared with the goal and alarm
         words."""
         info = s.info
         if info.keywords is None:
-            text = _scoring_text(info.msg)
-            info.alarm = _ALARM.search(text) is not None
-            info.keywords = _keywords(text)
-        score = _BASE_SCORE.get(s.role, 0.0)
+            text = scoring_text(info.msg)
+            info.alarm = ALARM.search(text) is not None
+            info.keywords = keywords_of(text)
+        score = BASE_SCORE.get(s.role, 0.0)
         if goal:
             score += min(0.4, 0.1 * len(info.keywords & goal))
         if info.alarm:
             score += 0.3
         return score
 
-    def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
-        goal = _keywords(message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
+    def _grade(self, slots: list[Slot], middle: list[Slot], task_idx: int | None) -> None:
+        goal = keywords_of(message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         # The goal of the step before when equal, so each kept relevance is found by identity.
         last = self._goal if self.incremental else None
         if last is not None and last == goal:
@@ -415,7 +415,7 @@ class WorkingSetBuilder:
             else:
                 s.reason = "tail_preserve_middle_kept"
 
-    def _rung_for(self, info: _MessageInfo, target: int) -> int:
+    def _rung_for(self, info: MessageInfo, target: int) -> int:
         """The ladder's last rung at or above level `target` (index in LEVELS), the ladder extended
         as far as it needs; later extensions only add lower levels, so the answer stays."""
         rungs = info.rungs
@@ -428,8 +428,8 @@ class WorkingSetBuilder:
 
     async def _try_summarize(
         self,
-        slots: list[_Slot],
-        middle: list[_Slot],
+        slots: list[Slot],
+        middle: list[Slot],
         budget_total: int,
         fixed: int,
         summarize: Summarizer | None,
@@ -478,17 +478,17 @@ class WorkingSetBuilder:
         return msg, True, None, request, ""
 
     @staticmethod
-    def _summary_header(middle: list[_Slot]) -> str:
+    def _summary_header(middle: list[Slot]) -> str:
         first, last = middle[0].turn, middle[-1].turn
         span = f"turn {first}" if first == last else f"turns {first}–{last}"
         return f"[Earlier conversation — summary of {len(middle)} messages, {span}]"
 
     @staticmethod
-    def _summary_request(slots: list[_Slot], middle: list[_Slot], want: int) -> list[dict[str, Any]]:
+    def _summary_request(slots: list[Slot], middle: list[Slot], want: int) -> list[dict[str, Any]]:
         goal = next((message_text(s.msg) for s in slots if s.region == "task"), "")
         lines = []
         for s in middle:
-            text = _scoring_text(s.msg)
+            text = scoring_text(s.msg)
             if len(text) > _SUMMARY_LINE_CHARS:
                 text = text[:_SUMMARY_LINE_CHARS] + "..."
             lines.append(f"[{s.role} · turn {s.turn}] {text}")
@@ -503,8 +503,8 @@ class WorkingSetBuilder:
     # -- per-message cache and fidelity ladder ------------------------------------------------
     def _slots(
         self, history: Sequence[Mapping[str, Any]], turns: list[int], k: int
-    ) -> tuple[list[_Slot], list[list[int]], list[MessageTexts | None] | None]:
-        """One slot per message, with its cached `_MessageInfo` (`_info`), the units (`_units`) and
+    ) -> tuple[list[Slot], list[list[int]], list[MessageTexts | None] | None]:
+        """One slot per message, with its cached `MessageInfo` (`_info`), the units (`find_units`) and
         each message's `MessageTexts` (the JSON texts it is sent with at L0; None when not plain).
 
         A step's history is the previous step's plus a few messages. The previous build's infos,
@@ -512,7 +512,7 @@ class WorkingSetBuilder:
         those bytes are exact about types (no str, dict or list subclass can be written; 1, 1.0 and
         True differ) and about key order, so when this history's bytes begin with them and the turns
         agree, each of those messages is the one the previous build saw, and so is its info. A message
-        that was not made only of dicts, lists, strings and None (`_plain`) when first seen is looked
+        that was not made only of dicts, lists, strings and None (`is_plain`) when first seen is looked
         up again each step, as every message is when the bytes differ (a message changed in place).
         Units end at a message that is not a tool result of the unit's call, so every unit but the
         last of the previous history is the same; the units are found again from that last one. A
@@ -536,10 +536,10 @@ class WorkingSetBuilder:
             p = len(carried.infos)
         # Per message: its cache key and info (both None when it is not plain), role and texts.
         keys: list[Hashable | None] = []
-        infos: list[_MessageInfo | None] = []
+        infos: list[MessageInfo | None] = []
         roles: list[str] = []
         texts: list[MessageTexts | None] = []
-        slots: list[_Slot] = []
+        slots: list[Slot] = []
         cache, lock = self._infos, self._lock
         if carried is not None and p and carried.plain:
             # Every carried message is plain: each info is checked and moved to the cache's end by
@@ -555,7 +555,7 @@ class WorkingSetBuilder:
                     carried.roles[:],
                     carried.texts[:],
                 )
-                slots = list(map(_Slot, range(p), history[:p], cast(list[_MessageInfo], infos), roles))
+                slots = list(map(Slot, range(p), history[:p], cast(list[MessageInfo], infos), roles))
         if carried is not None and p and not slots:
             lock.acquire()
             try:
@@ -581,33 +581,33 @@ class WorkingSetBuilder:
                     infos.append(info)
                     roles.append(role)
                     texts.append(text)
-                    slots.append(_Slot(i, m, found, role))
+                    slots.append(Slot(i, m, found, role))
             finally:
                 lock.release()
         for i in range(p, len(history)):
             m = history[i]
             ikey, info = self._info_keyed(m, turns[i])
             role = str(m.get("role") or "")
-            plain = m.__class__ is dict and _plain(m)
+            plain = m.__class__ is dict and is_plain(m)
             keys.append(ikey if plain else None)
             infos.append(info if plain else None)
             texts.append(MessageTexts() if plain else None)
             roles.append(role)
-            slots.append(_Slot(i, m, info, role))
+            slots.append(Slot(i, m, info, role))
         if carried is not None and p and carried.units:
             # Every unit but the last lies before a message of the previous history that ended it.
-            units = carried.units[:-1] + _units(history, k, resume=carried.units[-1][0])
+            units = carried.units[:-1] + find_units(history, k, resume=carried.units[-1][0])
         else:
-            units = _units(history, k)
+            units = find_units(history, k)
         if blob is not None:
             # A view, not a copy, of the messages' bytes.
             self._carried = _Carried(memoryview(blob)[5:], turns, k, keys, infos, roles, units, texts)
         return slots, units, (texts if self.incremental else None)
 
-    def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
+    def _info(self, msg: Mapping[str, Any], turn: int) -> MessageInfo:
         return self._info_keyed(msg, turn)[1]
 
-    def _info_keyed(self, msg: Mapping[str, Any], turn: int) -> tuple[Hashable, _MessageInfo]:
+    def _info_keyed(self, msg: Mapping[str, Any], turn: int) -> tuple[Hashable, MessageInfo]:
         key = self.counter.message_key(msg)
         calls = msg.get("tool_calls")
         # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
@@ -619,7 +619,7 @@ class WorkingSetBuilder:
                 self._infos.move_to_end(ikey)
                 return ikey, info
         # A shallow snapshot: a caller mutating its dict later must not change cached renders.
-        info = _MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
+        info = MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
         with self._lock:
             self._infos[ikey] = info
             if len(self._infos) > _INFO_CACHE_SIZE:
@@ -663,7 +663,7 @@ class WorkingSetBuilder:
                 table[source] = n
         return REPLY_PRIMING_TOKENS + sum(cast(list[int], found))
 
-    def _extend(self, info: _MessageInfo) -> bool:
+    def _extend(self, info: MessageInfo) -> bool:
         """Render the next fidelity level that is strictly smaller than the last rung; False when
         there is none (the message cannot shrink further and can only be dropped)."""
         with self._lock:
@@ -678,17 +678,17 @@ class WorkingSetBuilder:
                     return True
             return False
 
-    def _tokens(self, s: _Slot) -> int:
+    def _tokens(self, s: Slot) -> int:
         return s.tokens
 
     # -- step 5 -------------------------------------------------------------------------------
-    def _fit(self, slots: list[_Slot], units: list[list[int]], total: int, budget: int) -> int:
+    def _fit(self, slots: list[Slot], units: list[list[int]], total: int, budget: int) -> int:
         if total <= budget:
             return total
         middle = [s for s in slots if s.region == "middle" and s.sent]
         tail = [s for s in slots if s.region == "tail" and s.sent]
 
-        def demote(order: list[_Slot], reason: str) -> None:
+        def demote(order: list[Slot], reason: str) -> None:
             nonlocal total
             for s in order:
                 rungs = s.info.rungs
@@ -712,7 +712,7 @@ class WorkingSetBuilder:
                         s.outcome, s.reason = "dropped", reason
                         s.rung = 0
 
-        def score(s: _Slot) -> float:
+        def score(s: Slot) -> float:
             return s.score if s.score is not None else 0.0
 
         # a. demote middle, least relevant (then oldest) first
@@ -752,7 +752,7 @@ def _pause_collector() -> bool:
 class _Carried:
     """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
     history's messages (after the list's type code and count), the turns, the number of identity
-    messages, each message's cache key and info (both None for a message that was not `_plain`),
+    messages, each message's cache key and info (both None for a message for which `is_plain` did not hold),
     role and `MessageTexts` (None when not plain), and the units. Never changed once made."""
 
     __slots__ = ("blob", "turns", "k", "keys", "infos", "roles", "units", "texts", "plain")
@@ -763,7 +763,7 @@ class _Carried:
         turns: list[int],
         k: int,
         keys: list[Hashable | None],
-        infos: list[_MessageInfo | None],
+        infos: list[MessageInfo | None],
         roles: list[str],
         units: list[list[int]],
         texts: list[MessageTexts | None],

@@ -12,18 +12,18 @@ from typing import Any
 from .._json_text import MessageTexts
 from .config import LEVELS
 from .records import ContextReport, MessageDecision, PinBlock
-from .slots import _Slot
+from .slots import Slot
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What one `build()` call knows so far; each numbered step fills in its part."""
 
     # Step 1: layers and units.
     n: int
     k: int  # number of leading identity (system) messages
     task_idx: int | None
-    slots: list[_Slot]
+    slots: list[Slot]
     units: list[list[int]]
     tools: list[Mapping[str, Any]]
     pins: Sequence[PinBlock]
@@ -60,7 +60,7 @@ class _Plan:
     summary_tokens: int = 0
 
 
-def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: str) -> ContextReport:
+def context_report(plan: Plan, *, turn: int, step: int, window: int, encoding: str) -> ContextReport:
     """The `ContextReport` of a fitted plan (after step 5); `budget_used` is `plan.total`."""
     slots, k, task_idx = plan.slots, plan.k, plan.task_idx
     budget_used, tools_tokens, pin_count = plan.total, plan.tools_tokens, len(plan.pin_msgs)
@@ -109,7 +109,7 @@ def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: 
     )
 
 
-def explanation(plan: _Plan, report: ContextReport) -> str:
+def explanation(plan: Plan, report: ContextReport) -> str:
     """The decision's one-line explanation: what the strategy did, with the budget figures."""
     slots, used, note = plan.slots, plan.used, plan.note
     budget_used, budget_total, pin_count = plan.total, plan.budget_total, len(plan.pin_msgs)
@@ -154,7 +154,7 @@ _UNKNOWN: Any = object()
 
 
 def sent_messages_and_decisions(
-    plan: _Plan, *, remember: bool = True
+    plan: Plan, *, remember: bool = True
 ) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source], list[MessageTexts | None] | None]:
     """The messages to send (identity, pins, then the rest in order, the summary where the first
     summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
@@ -224,7 +224,7 @@ def sent_messages_and_decisions(
 
 
 def _identity_and_pins(
-    plan: _Plan,
+    plan: Plan,
 ) -> tuple[list[dict[str, Any]], list[Source], list[MessageTexts | None] | None]:
     """The first messages sent (the identity, then the pins), their sources and their JSON texts
     (None when the step before's texts are not known)."""
@@ -241,7 +241,7 @@ def _identity_and_pins(
 
 
 def _count_sent(
-    plan: _Plan,
+    plan: Plan,
     decisions: list[MessageDecision],
     sent_input: int,
     squeezed_before: int,
@@ -258,7 +258,7 @@ def _count_sent(
     plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
 
 
-def _pin_decisions(plan: _Plan, remember: bool) -> list[MessageDecision]:
+def _pin_decisions(plan: Plan, remember: bool) -> list[MessageDecision]:
     """One decision per pin block, at its place in the output (after the identity); with
     `remember`, each one's shape and text made now."""
     k = plan.k
