@@ -33,11 +33,12 @@ Guarantees (each is a test):
    utilization figure: prompt tokens really sent (messages + pins + tools) / `context_window`.
 
 Modules: `config` (fidelity levels and rendering, strategies, the budget), `records` (pin blocks,
-decisions, report, the working set), `slots` (per-message bookkeeping of one build), `report` (the plan of one build, its report and explanation), `builder`
+decisions, report, the working set), `slots` (per-message bookkeeping of one build), `report` (the plan of one build, its report and explanation), `summary` (the llm_summarize request
+and its answer), `builder`
 (`WorkingSetBuilder`, whose `build()` runs the six numbered steps as methods).
 """
 
-from .builder import SUMMARY_MAX_TOKENS, WorkingSetBuilder
+from .builder import WorkingSetBuilder
 from .config import LEVELS, STRATEGIES, Budget, ContextStrategy, Fidelity
 from .records import (
     REASONS,
@@ -49,6 +50,7 @@ from .records import (
     WorkingSet,
     render_pin,
 )
+from .summary import SUMMARY_MAX_TOKENS
 
 __all__ = [
     "Budget",
