@@ -33,9 +33,11 @@ Guarantees (each is a test):
    utilization figure: prompt tokens really sent (messages + pins + tools) / `context_window`.
 
 Modules: `config` (fidelity levels and rendering, strategies, the budget), `records` (pin blocks,
-decisions, report, the working set), `slots` (per-message bookkeeping of one build), `report` (the plan of one build, its report and explanation), `summary` (the llm_summarize request
-and its answer), `builder`
-(`WorkingSetBuilder`, whose `build()` runs the six numbered steps as methods).
+decisions, report, the working set), `slots` (per-message bookkeeping of one build), `memory` (what
+a builder remembers of messages between steps: the per-message cache and what the previous build
+found), `summary` (the llm_summarize request and its answer), `report` (the plan of one build, its
+report and explanation), `builder` (`WorkingSetBuilder`, whose `build()` runs the six numbered steps
+as methods).
 """
 
 from .builder import WorkingSetBuilder

@@ -4,24 +4,19 @@
 from __future__ import annotations
 
 import gc
-import marshal
-import threading
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
-from .._json_text import MessageTexts
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
 from .config import LEVELS, Budget, ContextStrategy, Fidelity, message_text
+from .memory import MessageMemory
 from .records import ContextDecision, PinBlock, Summarizer, WorkingSet, render_pin
 from .report import Plan, context_report, explanation, sent_messages_and_decisions
-from .slots import ALARM, BASE_SCORE, MessageInfo, Slot, find_units, is_plain, keywords_of, scoring_text
+from .slots import ALARM, BASE_SCORE, MessageInfo, Slot, keywords_of, scoring_text
 from .summary import try_summarize
 
-# Messages whose count, ladder and keywords a builder remembers between steps.
-_INFO_CACHE_SIZE = 32_768
 _LEVEL_INDEX = {level: i for i, level in enumerate(LEVELS)}
 _INT_COUNTERS = (TokenCounter, CalibratedCounter)
 _L0 = attrgetter("l0")
@@ -44,8 +39,8 @@ class WorkingSetBuilder:
     """
 
     #: Reuse the previous build's per-message results where they are provably the same (see
-    #: `_slots`); False builds every step from the per-message cache alone (the reference the tests
-    #: compare against).
+    #: `MessageMemory.slots`); False builds every step from the per-message cache alone (the
+    #: reference the tests compare against).
     incremental = True
 
     def __init__(
@@ -61,12 +56,8 @@ class WorkingSetBuilder:
         self.budget = Budget(context_window, response_reserve)
         self.strategy = strategy if strategy is not None else ContextStrategy()
         self.fidelity = fidelity if fidelity is not None else Fidelity()
-        self._infos: OrderedDict[Hashable, MessageInfo] = OrderedDict()
-        self._lock = threading.Lock()
-        # What the previous build found, for the next one to take what did not change (`_slots`).
-        self._carried: _Carried | None = None
-        # (a plain counter, {a `WorkingSet.sources` entry: its count}): see `base_tokens`.
-        self._base_known: tuple[TokenCounter, dict[Any, int]] | None = None
+        # The per-message cache, and what the previous build found for the next one to take.
+        self._memory = MessageMemory()
         # The last goal graded for (its keywords), see `_grade`.
         self._goal: frozenset[str] | None = None
 
@@ -152,7 +143,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots, units, texts = self._slots(history, turns, k)
+        slots, units, texts = self._memory.slots(history, turns, k, self.counter, self.incremental)
         for u, members in enumerate(units):
             for i in members:
                 slots[i].unit = u
@@ -429,183 +420,18 @@ class WorkingSetBuilder:
             rung += 1
         return rung
 
-    # -- per-message cache and fidelity ladder ------------------------------------------------
-    def _slots(
-        self, history: Sequence[Mapping[str, Any]], turns: list[int], k: int
-    ) -> tuple[list[Slot], list[list[int]], list[MessageTexts | None] | None]:
-        """One slot per message, with its cached `MessageInfo` (`_info`), the units (`find_units`) and
-        each message's `MessageTexts` (the JSON texts it is sent with at L0; None when not plain).
-
-        A step's history is the previous step's plus a few messages. The previous build's infos,
-        roles and units are carried (`_Carried`) with the `marshal` bytes (version 2) of its history:
-        those bytes are exact about types (no str, dict or list subclass can be written; 1, 1.0 and
-        True differ) and about key order, so when this history's bytes begin with them and the turns
-        agree, each of those messages is the one the previous build saw, and so is its info. A message
-        that was not made only of dicts, lists, strings and None (`is_plain`) when first seen is looked
-        up again each step, as every message is when the bytes differ (a message changed in place).
-        Units end at a message that is not a tool result of the unit's call, so every unit but the
-        last of the previous history is the same; the units are found again from that last one. A
-        carried message keeps its `MessageTexts` (its JSON is the same)."""
-        carried = self._carried if self.incremental else None
-        blob: bytes | None = None
-        if self.incremental:
-            try:
-                blob = marshal.dumps(cast(Any, history), 2)
-            except (ValueError, TypeError):  # not a list or tuple of marshallable values
-                blob = None
-        p = 0
-        if (
-            carried is not None
-            and blob is not None
-            and carried.k == k
-            and len(carried.infos) <= len(history)
-            and blob.startswith(carried.blob, 5)  # after the type code and the item count
-            and turns[: len(carried.infos)] == carried.turns
-        ):
-            p = len(carried.infos)
-        # Per message: its cache key and info (both None when it is not plain), role and texts.
-        keys: list[Hashable | None] = []
-        infos: list[MessageInfo | None] = []
-        roles: list[str] = []
-        texts: list[MessageTexts | None] = []
-        slots: list[Slot] = []
-        cache, lock = self._infos, self._lock
-        if carried is not None and p and carried.plain:
-            # Every carried message is plain: each info is checked and moved to the cache's end by
-            # its key, in order, as `_info_keyed` does (infos compare by identity).
-            with lock:
-                same = list(map(cache.get, carried.keys)) == carried.infos
-                if same:
-                    deque(map(cache.move_to_end, carried.keys), maxlen=0)
-            if same:
-                keys, infos, roles, texts = (
-                    carried.keys[:],
-                    carried.infos[:],
-                    carried.roles[:],
-                    carried.texts[:],
-                )
-                slots = list(map(Slot, range(p), history[:p], cast(list[MessageInfo], infos), roles))
-        if carried is not None and p and not slots:
-            lock.acquire()
-            try:
-                for i, ikey, info, role, text in zip(
-                    range(p), carried.keys, carried.infos, carried.roles, carried.texts, strict=True
-                ):
-                    m = history[i]
-                    # The info is taken from the cache, as `_info_keyed` takes it, under its key.
-                    if info is not None and cache.get(ikey) is info:
-                        cache.move_to_end(ikey)
-                        found = info
-                    else:  # not plain when first seen (looked up every step), or no longer cached
-                        lock.release()
-                        try:
-                            if info is not None:
-                                ikey, info = self._info_keyed(m, turns[i])
-                                found = info
-                            else:
-                                found = self._info(m, turns[i])
-                        finally:
-                            lock.acquire()
-                    keys.append(ikey)
-                    infos.append(info)
-                    roles.append(role)
-                    texts.append(text)
-                    slots.append(Slot(i, m, found, role))
-            finally:
-                lock.release()
-        for i in range(p, len(history)):
-            m = history[i]
-            ikey, info = self._info_keyed(m, turns[i])
-            role = str(m.get("role") or "")
-            plain = m.__class__ is dict and is_plain(m)
-            keys.append(ikey if plain else None)
-            infos.append(info if plain else None)
-            texts.append(MessageTexts() if plain else None)
-            roles.append(role)
-            slots.append(Slot(i, m, info, role))
-        if carried is not None and p and carried.units:
-            # Every unit but the last lies before a message of the previous history that ended it.
-            units = carried.units[:-1] + find_units(history, k, resume=carried.units[-1][0])
-        else:
-            units = find_units(history, k)
-        if blob is not None:
-            # A view, not a copy, of the messages' bytes.
-            self._carried = _Carried(memoryview(blob)[5:], turns, k, keys, infos, roles, units, texts)
-        return slots, units, (texts if self.incremental else None)
-
-    def _info(self, msg: Mapping[str, Any], turn: int) -> MessageInfo:
-        return self._info_keyed(msg, turn)[1]
-
-    def _info_keyed(self, msg: Mapping[str, Any], turn: int) -> tuple[Hashable, MessageInfo]:
-        key = self.counter.message_key(msg)
-        calls = msg.get("tool_calls")
-        # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
-        ids = tuple(tc.get("id") for tc in calls if isinstance(tc, Mapping)) if calls else None
-        ikey = (key, turn, ids)
-        with self._lock:
-            info = self._infos.get(ikey)
-            if info is not None:
-                self._infos.move_to_end(ikey)
-                return ikey, info
-        # A shallow snapshot: a caller mutating its dict later must not change cached renders.
-        info = MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
-        with self._lock:
-            self._infos[ikey] = info
-            if len(self._infos) > _INFO_CACHE_SIZE:
-                self._infos.popitem(last=False)
-        return ikey, info
-
+    # -- per-message memory and fidelity ladder ----------------------------------------------
     def base_tokens(self, ws: WorkingSet, base: TokenCounter) -> int:
         """`base.count_messages(ws.messages)` for a `ws` this builder built, `base` a plain
         `TokenCounter` (the one a `CalibratedCounter` scales): each input message's count at each
         rung is remembered on its cached info (an L0 message has the fields its info was found
         under, a lower rung is the info's own render), so a step counts only pins and the summary."""
-        if not self.incremental or base.__class__ is not TokenCounter or len(ws.sources) != len(ws.messages):
-            # Only a plain counter's counts are a function of the message alone.
-            return base.count_messages(ws.messages)
-        # Each source's count from the step before is looked up in C (a source is one object per
-        # info and rung); the others are found as below.
-        known = self._base_known
-        if known is None or known[0] is not base:
-            known = self._base_known = (base, {})
-        table = known[1]
-        sources = ws.sources
-        found: list[int | None] = list(map(table.get, sources))  # None: a pin, the summary, not known
-        if None in found:
-            for i, n in enumerate(found):
-                if n is not None:
-                    continue
-                source, m = sources[i], ws.messages[i]
-                if source is None:
-                    found[i] = base.count_message(m)
-                    continue
-                info, rung = source
-                counts = info.base_counts
-                if counts is None or counts[0] is not base:
-                    counts = info.base_counts = (base, {})
-                n = counts[1].get(rung)
-                if n is None:
-                    n = counts[1][rung] = base.count_message(m)
-                found[i] = n
-                if len(table) >= _INFO_CACHE_SIZE:
-                    table.clear()
-                table[source] = n
-        return REPLY_PRIMING_TOKENS + sum(cast(list[int], found))
+        return self._memory.base_tokens(ws, base, self.incremental)
 
     def _extend(self, info: MessageInfo) -> bool:
         """Render the next fidelity level that is strictly smaller than the last rung; False when
         there is none (the message cannot shrink further and can only be dropped)."""
-        with self._lock:
-            while info.probe < len(LEVELS):
-                level = LEVELS[info.probe]
-                info.probe += 1
-                rendered = self.fidelity.render(info.msg, level, turn=info.turn, tokens=info.rungs[0][2])
-                tokens = self.counter.count_message(rendered)
-                if tokens < info.rungs[-1][2]:
-                    info.sources.append((info, len(info.rungs)))
-                    info.rungs.append((level, rendered, tokens))
-                    return True
-            return False
+        return self._memory.extend(info, self.fidelity, self.counter)
 
     def _tokens(self, s: Slot) -> int:
         return s.tokens
@@ -676,33 +502,3 @@ def _pause_collector() -> bool:
         gc.disable()
         return True
     return False
-
-
-class _Carried:
-    """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
-    history's messages (after the list's type code and count), the turns, the number of identity
-    messages, each message's cache key and info (both None for a message for which `is_plain` did not hold),
-    role and `MessageTexts` (None when not plain), and the units. Never changed once made."""
-
-    __slots__ = ("blob", "turns", "k", "keys", "infos", "roles", "units", "texts", "plain")
-
-    def __init__(
-        self,
-        blob: memoryview,
-        turns: list[int],
-        k: int,
-        keys: list[Hashable | None],
-        infos: list[MessageInfo | None],
-        roles: list[str],
-        units: list[list[int]],
-        texts: list[MessageTexts | None],
-    ) -> None:
-        self.blob = blob
-        self.turns = turns
-        self.k = k
-        self.keys = keys
-        self.infos = infos
-        self.roles = roles
-        self.units = units
-        self.texts = texts
-        self.plain = None not in infos  # every message plain

@@ -41,7 +41,7 @@ class Plan:
     sent_input: int = 0
     squeezed_before: int = 0
     squeezed_after: int = 0
-    # Each input message's JSON texts kept from the step before (None: not known); see `_slots`.
+    # Each input message's JSON texts kept from the step before (None: not known); see `MessageMemory.slots`.
     l0_texts: list[MessageTexts | None] | None = None
     # Step 3: strategy.
     demand: int = 0
