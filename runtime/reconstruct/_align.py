@@ -56,6 +56,9 @@ _UNSENT_PARTS = frozenset({"reasoning", "thinking"})
 
 
 class Reconstructor:
+    """The alignment of one run: `run()` fills `results` (one per call), `compactions` and each
+    agent's `streams`."""
+
     def __init__(self, calls: Sequence[ModelCall], count_text: Callable[[str], int]) -> None:
         self.calls = list(calls)
         self.forms = FormTable(count_text)
