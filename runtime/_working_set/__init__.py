@@ -32,27 +32,27 @@ Guarantees (each is a test):
 5. Counts are exact tiktoken counts (see `runtime._tokens`), and `ContextReport.utilization` is the one
    utilization figure: prompt tokens really sent (messages + pins + tools) / `context_window`.
 
-Modules: `records` (configuration, pin blocks, decisions, report), `slots` (per-message bookkeeping
-of one build), `report` (the plan of one build, its report and explanation), `builder`
-(`WorkingSetBuilder`, whose `build()` runs the six numbered steps as methods).
+Modules: `config` (fidelity levels and rendering, strategies, the budget), `records` (pin blocks,
+decisions, report, the working set), `slots` (per-message bookkeeping of one build), `memory` (what
+a builder remembers of messages between steps: the per-message cache and what the previous build
+found), `summary` (the llm_summarize request and its answer), `report` (the plan of one build, its
+report and explanation), `builder` (`WorkingSetBuilder`, whose `build()` runs the six numbered steps
+as methods).
 """
 
-from .builder import SUMMARY_MAX_TOKENS, WorkingSetBuilder
+from .builder import WorkingSetBuilder
+from .config import LEVELS, STRATEGIES, Budget, ContextStrategy, Fidelity
 from .records import (
-    LEVELS,
     REASONS,
-    STRATEGIES,
-    Budget,
     ContextDecision,
     ContextReport,
-    ContextStrategy,
-    Fidelity,
     MessageDecision,
     PinBlock,
     Summarizer,
     WorkingSet,
     render_pin,
 )
+from .summary import SUMMARY_MAX_TOKENS
 
 __all__ = [
     "Budget",

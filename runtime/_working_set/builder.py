@@ -4,39 +4,19 @@
 from __future__ import annotations
 
 import gc
-import marshal
-import threading
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
-from .._json_text import MessageTexts
 from .._tokens import REPLY_PRIMING_TOKENS, CalibratedCounter, TokenCounter, default_counter
 from ..errors import ConfigError, ContextOverflowError
-from .records import (
-    LEVELS,
-    Budget,
-    ContextDecision,
-    ContextStrategy,
-    Fidelity,
-    PinBlock,
-    Summarizer,
-    WorkingSet,
-    _message_text,
-    render_pin,
-)
-from .report import _Plan, context_report, explanation, sent_messages_and_decisions
-from .slots import _ALARM, _BASE_SCORE, _keywords, _MessageInfo, _plain, _scoring_text, _Slot, _units
+from .config import LEVELS, Budget, ContextStrategy, Fidelity, message_text
+from .memory import MessageMemory
+from .records import ContextDecision, PinBlock, Summarizer, WorkingSet, render_pin
+from .report import Plan, context_report, explanation, sent_messages_and_decisions
+from .slots import ALARM, BASE_SCORE, MessageInfo, Slot, keywords_of, scoring_text
+from .summary import try_summarize
 
-#: Longest summary the builder asks for; the caller may pass it as `max_tokens` to the provider.
-SUMMARY_MAX_TOKENS = 500
-# Below this many free tokens a summary is not worth a model call.
-_MIN_SUMMARY_TOKENS = 64
-_SUMMARY_LINE_CHARS = 1000
-_SUMMARY_SYSTEM = "You are a conversation summarizer. Be concise."
-# Messages whose count, ladder and keywords a builder remembers between steps.
-_INFO_CACHE_SIZE = 32_768
 _LEVEL_INDEX = {level: i for i, level in enumerate(LEVELS)}
 _INT_COUNTERS = (TokenCounter, CalibratedCounter)
 _L0 = attrgetter("l0")
@@ -59,8 +39,8 @@ class WorkingSetBuilder:
     """
 
     #: Reuse the previous build's per-message results where they are provably the same (see
-    #: `_slots`); False builds every step from the per-message cache alone (the reference the tests
-    #: compare against).
+    #: `MessageMemory.slots`); False builds every step from the per-message cache alone (the
+    #: reference the tests compare against).
     incremental = True
 
     def __init__(
@@ -76,12 +56,8 @@ class WorkingSetBuilder:
         self.budget = Budget(context_window, response_reserve)
         self.strategy = strategy if strategy is not None else ContextStrategy()
         self.fidelity = fidelity if fidelity is not None else Fidelity()
-        self._infos: OrderedDict[Hashable, _MessageInfo] = OrderedDict()
-        self._lock = threading.Lock()
-        # What the previous build found, for the next one to take what did not change (`_slots`).
-        self._carried: _Carried | None = None
-        # (a plain counter, {a `WorkingSet.sources` entry: its count}): see `base_tokens`.
-        self._base_known: tuple[TokenCounter, dict[Any, int]] | None = None
+        # The per-message cache, and what the previous build found for the next one to take.
+        self._memory = MessageMemory()
         # The last goal graded for (its keywords), see `_grade`.
         self._goal: frozenset[str] | None = None
 
@@ -155,7 +131,7 @@ class WorkingSetBuilder:
         message_turns: Sequence[int] | None,
         tools: list[Mapping[str, Any]],
         pins: Sequence[PinBlock],
-    ) -> _Plan:
+    ) -> Plan:
         """Step 1: layers and units."""
         n = len(history)
         k = 0
@@ -167,7 +143,7 @@ class WorkingSetBuilder:
                 task_idx = i
                 break
         turns = self._turns(history, k, message_turns)
-        slots, units, texts = self._slots(history, turns, k)
+        slots, units, texts = self._memory.slots(history, turns, k, self.counter, self.incremental)
         for u, members in enumerate(units):
             for i in members:
                 slots[i].unit = u
@@ -175,11 +151,11 @@ class WorkingSetBuilder:
             slots[i].region = "identity"
         if task_idx is not None:
             slots[task_idx].region = "task"
-        plan = _Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
+        plan = Plan(n=n, k=k, task_idx=task_idx, slots=slots, units=units, tools=tools, pins=pins)
         plan.l0_texts = texts
         return plan
 
-    def _count(self, plan: _Plan) -> None:
+    def _count(self, plan: Plan) -> None:
         """Step 2: counts and the floor (identity + task + pins + reply priming must fit)."""
         counter = self.counter
         slots, k, task_idx = plan.slots, plan.k, plan.task_idx
@@ -201,7 +177,7 @@ class WorkingSetBuilder:
                 "Shorten the message, unpin content, send fewer tools or raise context_window."
             )
 
-    def _select(self, plan: _Plan) -> None:
+    def _select(self, plan: Plan) -> None:
         """Step 3: strategy selection from the demand ratio; passthrough only if all fits at L0."""
         history_l0 = sum(map(_L0, plan.slots))
         plan.demand = history_l0 + REPLY_PRIMING_TOKENS + plan.pin_tokens + plan.tools_tokens
@@ -212,7 +188,7 @@ class WorkingSetBuilder:
             plan.used = "tail_preserve"
             plan.note = "passthrough requested but the history does not fit at L0; used tail_preserve"
 
-    async def _apply(self, plan: _Plan, summarize: Summarizer | None) -> None:
+    async def _apply(self, plan: Plan, summarize: Summarizer | None) -> None:
         """Step 4: apply the strategy. `plan.fixed` = tokens of everything sent besides the input
         messages."""
         slots, k, task_idx = plan.slots, plan.k, plan.task_idx
@@ -231,7 +207,15 @@ class WorkingSetBuilder:
                     s.region = "tail"
             middle = [s for s in slots[k:tail_start] if s.region == "middle"]
             if plan.used == "llm_summarize":
-                outcome = await self._try_summarize(slots, middle, plan.budget_total, plan.fixed, summarize)
+                outcome = await try_summarize(
+                    self.counter,
+                    self.strategy.summarize_min_tokens,
+                    slots,
+                    middle,
+                    plan.budget_total,
+                    plan.fixed,
+                    summarize,
+                )
                 (
                     plan.summary_msg,
                     plan.summary_call_made,
@@ -253,7 +237,7 @@ class WorkingSetBuilder:
         if task_idx is not None:
             slots[task_idx].reason = "task"
 
-    def _fit_all(self, plan: _Plan) -> None:
+    def _fit_all(self, plan: Plan) -> None:
         """Step 5: fit the budget (see `_fit`); drop the summary only as a safety net."""
         slots, budget_total = plan.slots, plan.budget_total
         summary_msg = plan.summary_msg
@@ -275,7 +259,7 @@ class WorkingSetBuilder:
             raise ContextOverflowError(f"working set of {total} tokens exceeds budget {budget_total}")
         plan.total, plan.summary_tokens = total, summary_tokens
 
-    def _assemble(self, plan: _Plan, turn: int, step: int) -> WorkingSet:
+    def _assemble(self, plan: Plan, turn: int, step: int) -> WorkingSet:
         """Step 6: assemble identity, pins, then the rest in order; one decision per input message
         and per pin, and the report."""
         # A decision made before is taken again only with a plain counter's int counts.
@@ -333,14 +317,14 @@ class WorkingSetBuilder:
         return turns
 
     # -- step 4 helpers -----------------------------------------------------------------------
-    def _tail_start(self, slots: list[_Slot], units: list[list[int]], k: int) -> int:
+    def _tail_start(self, slots: list[Slot], units: list[list[int]], k: int) -> int:
         n = len(slots)
         start = max(k, n - self.strategy.keep_recent)
         if start < n:
             start = units[slots[start].unit][0]
         return start
 
-    def _aggressive(self, slots: list[_Slot], k: int) -> None:
+    def _aggressive(self, slots: list[Slot], k: int) -> None:
         user_idx = [s.index for s in slots[k:] if s.role == "user"]
         keep = self.strategy.aggressive_keep_turns
         cut = user_idx[-keep] if len(user_idx) >= keep else k
@@ -353,7 +337,7 @@ class WorkingSetBuilder:
                 s.region, s.outcome, s.reason = "middle", "dropped", "aggressive_truncate_drop"
 
     @staticmethod
-    def _relevance(s: _Slot, goal: frozenset[str]) -> float:
+    def _relevance(s: Slot, goal: frozenset[str]) -> float:
         """A slot's score before its position term (`_relevance_of`), kept on the message's info for
         the goal and role it was worked out for."""
         kept = s.info.relevance
@@ -364,23 +348,23 @@ class WorkingSetBuilder:
         return score
 
     @staticmethod
-    def _relevance_of(s: _Slot, goal: frozenset[str]) -> float:
+    def _relevance_of(s: Slot, goal: frozenset[str]) -> float:
         """A slot's score before its position term: by role, keywords shared with the goal and alarm
         words."""
         info = s.info
         if info.keywords is None:
-            text = _scoring_text(info.msg)
-            info.alarm = _ALARM.search(text) is not None
-            info.keywords = _keywords(text)
-        score = _BASE_SCORE.get(s.role, 0.0)
+            text = scoring_text(info.msg)
+            info.alarm = ALARM.search(text) is not None
+            info.keywords = keywords_of(text)
+        score = BASE_SCORE.get(s.role, 0.0)
         if goal:
             score += min(0.4, 0.1 * len(info.keywords & goal))
         if info.alarm:
             score += 0.3
         return score
 
-    def _grade(self, slots: list[_Slot], middle: list[_Slot], task_idx: int | None) -> None:
-        goal = _keywords(_message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
+    def _grade(self, slots: list[Slot], middle: list[Slot], task_idx: int | None) -> None:
+        goal = keywords_of(message_text(slots[task_idx].msg)) if task_idx is not None else frozenset()
         # The goal of the step before when equal, so each kept relevance is found by identity.
         last = self._goal if self.incremental else None
         if last is not None and last == goal:
@@ -425,7 +409,7 @@ class WorkingSetBuilder:
             else:
                 s.reason = "tail_preserve_middle_kept"
 
-    def _rung_for(self, info: _MessageInfo, target: int) -> int:
+    def _rung_for(self, info: MessageInfo, target: int) -> int:
         """The ladder's last rung at or above level `target` (index in LEVELS), the ladder extended
         as far as it needs; later extensions only add lower levels, so the answer stays."""
         rungs = info.rungs
@@ -436,269 +420,30 @@ class WorkingSetBuilder:
             rung += 1
         return rung
 
-    async def _try_summarize(
-        self,
-        slots: list[_Slot],
-        middle: list[_Slot],
-        budget_total: int,
-        fixed: int,
-        summarize: Summarizer | None,
-    ) -> tuple[dict[str, Any] | None, bool, str | None, list[dict[str, Any]] | None, str]:
-        """One summary call replacing the middle. Returns (summary message or None, call made,
-        error, request, why-not note)."""
-        middle_tokens = sum(s.l0 for s in middle)
-        if summarize is None:
-            return None, False, None, None, "no summarizer is available"
-        if not middle:
-            return None, False, None, None, "there is no middle to summarize"
-        if middle_tokens < self.strategy.summarize_min_tokens:
-            return (
-                None,
-                False,
-                None,
-                None,
-                f"the middle holds only {middle_tokens} tokens (< summarize_min_tokens "
-                f"{self.strategy.summarize_min_tokens})",
-            )
-        rest = fixed + sum(s.l0 for s in slots if s.region != "middle")
-        header = self._summary_header(middle)
-        header_tokens = self.counter.count_message({"role": "system", "content": header + "\n"})
-        room = budget_total - rest - header_tokens
-        if room < _MIN_SUMMARY_TOKENS:
-            return None, False, None, None, f"only {max(room, 0)} tokens are free for a summary"
-        want = min(room, SUMMARY_MAX_TOKENS)
-        request = self._summary_request(slots, middle, want)
-        try:
-            text = await summarize(request)
-        except Exception as exc:  # any provider failure: fall back, and say so truthfully
-            err = f"{type(exc).__name__}: {exc}"
-            return None, True, err, request, f"the summary call failed ({err})"
-        if not isinstance(text, str) or not text.strip():
-            err = "empty summary"
-            return None, True, err, request, "the summary call returned no text"
-        # Trim an over-long reply at a token boundary until the message fits the room it was given.
-        limit = room + header_tokens
-        body = text.strip()
-        msg = {"role": "system", "content": f"{header}\n{body}"}
-        while (excess := self.counter.count_message(msg) - limit) > 0 and body:
-            body = self.counter.truncate_text(body, self.counter.count_text(body) - excess)
-            msg = {"role": "system", "content": f"{header}\n{body}"}
-        for s in middle:
-            s.outcome, s.reason = "summarized", "llm_summarized_into_single"
-        return msg, True, None, request, ""
-
-    @staticmethod
-    def _summary_header(middle: list[_Slot]) -> str:
-        first, last = middle[0].turn, middle[-1].turn
-        span = f"turn {first}" if first == last else f"turns {first}–{last}"
-        return f"[Earlier conversation — summary of {len(middle)} messages, {span}]"
-
-    @staticmethod
-    def _summary_request(slots: list[_Slot], middle: list[_Slot], want: int) -> list[dict[str, Any]]:
-        goal = next((_message_text(s.msg) for s in slots if s.region == "task"), "")
-        lines = []
-        for s in middle:
-            text = _scoring_text(s.msg)
-            if len(text) > _SUMMARY_LINE_CHARS:
-                text = text[:_SUMMARY_LINE_CHARS] + "..."
-            lines.append(f"[{s.role} · turn {s.turn}] {text}")
-        prompt = (
-            f"Summarize this earlier part of a conversation in at most {want} tokens "
-            f"(about {want * 3} characters). Keep facts, numbers, names, identifiers, decisions and "
-            "open questions; drop pleasantries.\n"
-            f"Current request: {goal}\n\n" + "\n".join(lines)
-        )
-        return [{"role": "system", "content": _SUMMARY_SYSTEM}, {"role": "user", "content": prompt}]
-
-    # -- per-message cache and fidelity ladder ------------------------------------------------
-    def _slots(
-        self, history: Sequence[Mapping[str, Any]], turns: list[int], k: int
-    ) -> tuple[list[_Slot], list[list[int]], list[MessageTexts | None] | None]:
-        """One slot per message, with its cached `_MessageInfo` (`_info`), the units (`_units`) and
-        each message's `MessageTexts` (the JSON texts it is sent with at L0; None when not plain).
-
-        A step's history is the previous step's plus a few messages. The previous build's infos,
-        roles and units are carried (`_Carried`) with the `marshal` bytes (version 2) of its history:
-        those bytes are exact about types (no str, dict or list subclass can be written; 1, 1.0 and
-        True differ) and about key order, so when this history's bytes begin with them and the turns
-        agree, each of those messages is the one the previous build saw, and so is its info. A message
-        that was not made only of dicts, lists, strings and None (`_plain`) when first seen is looked
-        up again each step, as every message is when the bytes differ (a message changed in place).
-        Units end at a message that is not a tool result of the unit's call, so every unit but the
-        last of the previous history is the same; the units are found again from that last one. A
-        carried message keeps its `MessageTexts` (its JSON is the same)."""
-        carried = self._carried if self.incremental else None
-        blob: bytes | None = None
-        if self.incremental:
-            try:
-                blob = marshal.dumps(cast(Any, history), 2)
-            except (ValueError, TypeError):  # not a list or tuple of marshallable values
-                blob = None
-        p = 0
-        if (
-            carried is not None
-            and blob is not None
-            and carried.k == k
-            and len(carried.infos) <= len(history)
-            and blob.startswith(carried.blob, 5)  # after the type code and the item count
-            and turns[: len(carried.infos)] == carried.turns
-        ):
-            p = len(carried.infos)
-        # Per message: its cache key and info (both None when it is not plain), role and texts.
-        keys: list[Hashable | None] = []
-        infos: list[_MessageInfo | None] = []
-        roles: list[str] = []
-        texts: list[MessageTexts | None] = []
-        slots: list[_Slot] = []
-        cache, lock = self._infos, self._lock
-        if carried is not None and p and carried.plain:
-            # Every carried message is plain: each info is checked and moved to the cache's end by
-            # its key, in order, as `_info_keyed` does (infos compare by identity).
-            with lock:
-                same = list(map(cache.get, carried.keys)) == carried.infos
-                if same:
-                    deque(map(cache.move_to_end, carried.keys), maxlen=0)
-            if same:
-                keys, infos, roles, texts = (
-                    carried.keys[:],
-                    carried.infos[:],
-                    carried.roles[:],
-                    carried.texts[:],
-                )
-                slots = list(map(_Slot, range(p), history[:p], cast(list[_MessageInfo], infos), roles))
-        if carried is not None and p and not slots:
-            lock.acquire()
-            try:
-                for i, ikey, info, role, text in zip(
-                    range(p), carried.keys, carried.infos, carried.roles, carried.texts, strict=True
-                ):
-                    m = history[i]
-                    # The info is taken from the cache, as `_info_keyed` takes it, under its key.
-                    if info is not None and cache.get(ikey) is info:
-                        cache.move_to_end(ikey)
-                        found = info
-                    else:  # not plain when first seen (looked up every step), or no longer cached
-                        lock.release()
-                        try:
-                            if info is not None:
-                                ikey, info = self._info_keyed(m, turns[i])
-                                found = info
-                            else:
-                                found = self._info(m, turns[i])
-                        finally:
-                            lock.acquire()
-                    keys.append(ikey)
-                    infos.append(info)
-                    roles.append(role)
-                    texts.append(text)
-                    slots.append(_Slot(i, m, found, role))
-            finally:
-                lock.release()
-        for i in range(p, len(history)):
-            m = history[i]
-            ikey, info = self._info_keyed(m, turns[i])
-            role = str(m.get("role") or "")
-            plain = m.__class__ is dict and _plain(m)
-            keys.append(ikey if plain else None)
-            infos.append(info if plain else None)
-            texts.append(MessageTexts() if plain else None)
-            roles.append(role)
-            slots.append(_Slot(i, m, info, role))
-        if carried is not None and p and carried.units:
-            # Every unit but the last lies before a message of the previous history that ended it.
-            units = carried.units[:-1] + _units(history, k, resume=carried.units[-1][0])
-        else:
-            units = _units(history, k)
-        if blob is not None:
-            # A view, not a copy, of the messages' bytes.
-            self._carried = _Carried(memoryview(blob)[5:], turns, k, keys, infos, roles, units, texts)
-        return slots, units, (texts if self.incremental else None)
-
-    def _info(self, msg: Mapping[str, Any], turn: int) -> _MessageInfo:
-        return self._info_keyed(msg, turn)[1]
-
-    def _info_keyed(self, msg: Mapping[str, Any], turn: int) -> tuple[Hashable, _MessageInfo]:
-        key = self.counter.message_key(msg)
-        calls = msg.get("tool_calls")
-        # Tool-call ids are not counted (so not in the counter's key) but renders carry them.
-        ids = tuple(tc.get("id") for tc in calls if isinstance(tc, Mapping)) if calls else None
-        ikey = (key, turn, ids)
-        with self._lock:
-            info = self._infos.get(ikey)
-            if info is not None:
-                self._infos.move_to_end(ikey)
-                return ikey, info
-        # A shallow snapshot: a caller mutating its dict later must not change cached renders.
-        info = _MessageInfo(dict(msg), turn, self.counter.count_message(msg, key=key))
-        with self._lock:
-            self._infos[ikey] = info
-            if len(self._infos) > _INFO_CACHE_SIZE:
-                self._infos.popitem(last=False)
-        return ikey, info
-
+    # -- per-message memory and fidelity ladder ----------------------------------------------
     def base_tokens(self, ws: WorkingSet, base: TokenCounter) -> int:
         """`base.count_messages(ws.messages)` for a `ws` this builder built, `base` a plain
         `TokenCounter` (the one a `CalibratedCounter` scales): each input message's count at each
         rung is remembered on its cached info (an L0 message has the fields its info was found
         under, a lower rung is the info's own render), so a step counts only pins and the summary."""
-        if not self.incremental or base.__class__ is not TokenCounter or len(ws.sources) != len(ws.messages):
-            # Only a plain counter's counts are a function of the message alone.
-            return base.count_messages(ws.messages)
-        # Each source's count from the step before is looked up in C (a source is one object per
-        # info and rung); the others are found as below.
-        known = self._base_known
-        if known is None or known[0] is not base:
-            known = self._base_known = (base, {})
-        table = known[1]
-        sources = ws.sources
-        found: list[int | None] = list(map(table.get, sources))  # None: a pin, the summary, not known
-        if None in found:
-            for i, n in enumerate(found):
-                if n is not None:
-                    continue
-                source, m = sources[i], ws.messages[i]
-                if source is None:
-                    found[i] = base.count_message(m)
-                    continue
-                info, rung = source
-                counts = info.base_counts
-                if counts is None or counts[0] is not base:
-                    counts = info.base_counts = (base, {})
-                n = counts[1].get(rung)
-                if n is None:
-                    n = counts[1][rung] = base.count_message(m)
-                found[i] = n
-                if len(table) >= _INFO_CACHE_SIZE:
-                    table.clear()
-                table[source] = n
-        return REPLY_PRIMING_TOKENS + sum(cast(list[int], found))
+        return self._memory.base_tokens(ws, base, self.incremental)
 
-    def _extend(self, info: _MessageInfo) -> bool:
+    def _extend(self, info: MessageInfo) -> bool:
         """Render the next fidelity level that is strictly smaller than the last rung; False when
         there is none (the message cannot shrink further and can only be dropped)."""
-        with self._lock:
-            while info.probe < len(LEVELS):
-                level = LEVELS[info.probe]
-                info.probe += 1
-                rendered = self.fidelity.render(info.msg, level, turn=info.turn, tokens=info.rungs[0][2])
-                tokens = self.counter.count_message(rendered)
-                if tokens < info.rungs[-1][2]:
-                    info.sources.append((info, len(info.rungs)))
-                    info.rungs.append((level, rendered, tokens))
-                    return True
-            return False
+        return self._memory.extend(info, self.fidelity, self.counter)
 
-    def _tokens(self, s: _Slot) -> int:
+    def _tokens(self, s: Slot) -> int:
         return s.tokens
 
     # -- step 5 -------------------------------------------------------------------------------
-    def _fit(self, slots: list[_Slot], units: list[list[int]], total: int, budget: int) -> int:
+    def _fit(self, slots: list[Slot], units: list[list[int]], total: int, budget: int) -> int:
         if total <= budget:
             return total
         middle = [s for s in slots if s.region == "middle" and s.sent]
         tail = [s for s in slots if s.region == "tail" and s.sent]
 
-        def demote(order: list[_Slot], reason: str) -> None:
+        def demote(order: list[Slot], reason: str) -> None:
             nonlocal total
             for s in order:
                 rungs = s.info.rungs
@@ -722,7 +467,7 @@ class WorkingSetBuilder:
                         s.outcome, s.reason = "dropped", reason
                         s.rung = 0
 
-        def score(s: _Slot) -> float:
+        def score(s: Slot) -> float:
             return s.score if s.score is not None else 0.0
 
         # a. demote middle, least relevant (then oldest) first
@@ -757,33 +502,3 @@ def _pause_collector() -> bool:
         gc.disable()
         return True
     return False
-
-
-class _Carried:
-    """What one build leaves for the next (`WorkingSetBuilder._slots`): the `marshal` bytes of its
-    history's messages (after the list's type code and count), the turns, the number of identity
-    messages, each message's cache key and info (both None for a message that was not `_plain`),
-    role and `MessageTexts` (None when not plain), and the units. Never changed once made."""
-
-    __slots__ = ("blob", "turns", "k", "keys", "infos", "roles", "units", "texts", "plain")
-
-    def __init__(
-        self,
-        blob: memoryview,
-        turns: list[int],
-        k: int,
-        keys: list[Hashable | None],
-        infos: list[_MessageInfo | None],
-        roles: list[str],
-        units: list[list[int]],
-        texts: list[MessageTexts | None],
-    ) -> None:
-        self.blob = blob
-        self.turns = turns
-        self.k = k
-        self.keys = keys
-        self.infos = infos
-        self.roles = roles
-        self.units = units
-        self.texts = texts
-        self.plain = None not in infos  # every message plain

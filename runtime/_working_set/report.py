@@ -10,19 +10,20 @@ from operator import attrgetter
 from typing import Any
 
 from .._json_text import MessageTexts
-from .records import LEVELS, ContextReport, MessageDecision, PinBlock
-from .slots import _Slot
+from .config import LEVELS
+from .records import ContextReport, MessageDecision, PinBlock
+from .slots import Slot
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What one `build()` call knows so far; each numbered step fills in its part."""
 
     # Step 1: layers and units.
     n: int
     k: int  # number of leading identity (system) messages
     task_idx: int | None
-    slots: list[_Slot]
+    slots: list[Slot]
     units: list[list[int]]
     tools: list[Mapping[str, Any]]
     pins: Sequence[PinBlock]
@@ -40,7 +41,7 @@ class _Plan:
     sent_input: int = 0
     squeezed_before: int = 0
     squeezed_after: int = 0
-    # Each input message's JSON texts kept from the step before (None: not known); see `_slots`.
+    # Each input message's JSON texts kept from the step before (None: not known); see `MessageMemory.slots`.
     l0_texts: list[MessageTexts | None] | None = None
     # Step 3: strategy.
     demand: int = 0
@@ -59,7 +60,7 @@ class _Plan:
     summary_tokens: int = 0
 
 
-def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: str) -> ContextReport:
+def context_report(plan: Plan, *, turn: int, step: int, window: int, encoding: str) -> ContextReport:
     """The `ContextReport` of a fitted plan (after step 5); `budget_used` is `plan.total`."""
     slots, k, task_idx = plan.slots, plan.k, plan.task_idx
     budget_used, tools_tokens, pin_count = plan.total, plan.tools_tokens, len(plan.pin_msgs)
@@ -108,7 +109,7 @@ def context_report(plan: _Plan, *, turn: int, step: int, window: int, encoding: 
     )
 
 
-def explanation(plan: _Plan, report: ContextReport) -> str:
+def explanation(plan: Plan, report: ContextReport) -> str:
     """The decision's one-line explanation: what the strategy did, with the budget figures."""
     slots, used, note = plan.slots, plan.used, plan.note
     budget_used, budget_total, pin_count = plan.total, plan.budget_total, len(plan.pin_msgs)
@@ -153,21 +154,14 @@ _UNKNOWN: Any = object()
 
 
 def sent_messages_and_decisions(
-    plan: _Plan, *, remember: bool = True
+    plan: Plan, *, remember: bool = True
 ) -> tuple[list[dict[str, Any]], list[MessageDecision], list[Source], list[MessageTexts | None] | None]:
     """The messages to send (identity, pins, then the rest in order, the summary where the first
     summarized message was), each one's source (`WorkingSet.sources`) and one decision per input
     message, then per pin, in one pass."""
     slots, k, summary_msg = plan.slots, plan.k, plan.summary_msg
-    messages: list[dict[str, Any]] = [dict(s.msg) for s in slots[:k]]
-    sources: list[Source] = [s.info.sources[0] for s in slots[:k]]
-    messages.extend(plan.pin_msgs)
-    sources.extend(None for _ in plan.pin_msgs)
+    messages, sources, texts = _identity_and_pins(plan)
     l0_texts = plan.l0_texts
-    texts: list[MessageTexts | None] | None = None
-    if l0_texts is not None:
-        texts = l0_texts[:k]
-        texts.extend(None for _ in plan.pin_msgs)
     # Nothing to place when there is no summary.
     placed_summary = summary_msg is None
     made: dict[tuple[Any, ...], MessageDecision] = _DECISIONS if remember else {}
@@ -224,7 +218,37 @@ def sent_messages_and_decisions(
                 decision._text()
         add_decision(decision)
 
-    # Counted over the slots' and decisions' fields in C.
+    _count_sent(plan, decisions, sent_input, squeezed_before, squeezed_after)
+    decisions.extend(_pin_decisions(plan, remember))
+    return messages, decisions, sources, texts
+
+
+def _identity_and_pins(
+    plan: Plan,
+) -> tuple[list[dict[str, Any]], list[Source], list[MessageTexts | None] | None]:
+    """The first messages sent (the identity, then the pins), their sources and their JSON texts
+    (None when the step before's texts are not known)."""
+    k = plan.k
+    messages: list[dict[str, Any]] = [dict(s.msg) for s in plan.slots[:k]]
+    sources: list[Source] = [s.info.sources[0] for s in plan.slots[:k]]
+    messages.extend(plan.pin_msgs)
+    sources.extend(None for _ in plan.pin_msgs)
+    texts: list[MessageTexts | None] | None = None
+    if plan.l0_texts is not None:
+        texts = plan.l0_texts[:k]
+        texts.extend(None for _ in plan.pin_msgs)
+    return messages, sources, texts
+
+
+def _count_sent(
+    plan: Plan,
+    decisions: list[MessageDecision],
+    sent_input: int,
+    squeezed_before: int,
+    squeezed_after: int,
+) -> None:
+    """The plan's counts of what was sent (step 6), over the slots' and decisions' fields in C."""
+    slots = plan.slots
     plan.outcomes = dict(Counter(map(_OUTCOME, slots)))
     levels = Counter(map(_FIDELITY, decisions))
     levels.pop(None, None)  # not sent
@@ -232,8 +256,13 @@ def sent_messages_and_decisions(
     plan.l0_total = sum(map(_L0, slots))
     plan.sent_input = sent_input
     plan.squeezed_before, plan.squeezed_after = squeezed_before, squeezed_after
-    start = len(decisions)
-    decisions.extend(
+
+
+def _pin_decisions(plan: Plan, remember: bool) -> list[MessageDecision]:
+    """One decision per pin block, at its place in the output (after the identity); with
+    `remember`, each one's shape and text made now."""
+    k = plan.k
+    pins = [
         MessageDecision(
             index=k + j,
             role="system",
@@ -247,12 +276,12 @@ def sent_messages_and_decisions(
             pin_id=p.pin_id,
         )
         for j, p in enumerate(plan.pins)
-    )
+    ]
     if remember:
-        for pin in decisions[start:]:
+        for pin in pins:
             pin._shape()
             pin._text()
-    return messages, decisions, sources, texts
+    return pins
 
 
 _OUTCOME = attrgetter("outcome")

@@ -1,5 +1,5 @@
 """Per-message bookkeeping of one build: message text and keywords for relevance, the fidelity
-ladder's inputs (`_MessageInfo`), the mutable `_Slot` of each input message, and tool-call units."""
+ladder's inputs (`MessageInfo`), the mutable `Slot` of each input message, and tool-call units."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._json_text import MessageTexts
-from .records import Outcome, _message_text
+from .config import message_text
+from .records import Outcome
 
 _WORD = re.compile(r"[a-zA-Z_]\w{2,}")
-_ALARM = re.compile(r"error|failed|recovery|exception", re.IGNORECASE)
-_BASE_SCORE = {"tool": 0.5, "assistant": 0.3, "user": 0.2}
+ALARM = re.compile(r"error|failed|recovery|exception", re.IGNORECASE)
+BASE_SCORE = {"tool": 0.5, "assistant": 0.3, "user": 0.2}
 
 
 # Words too common to say two messages are about the same thing.
@@ -25,12 +26,12 @@ _STOPWORDS = frozenset(
 
 
 @functools.lru_cache(maxsize=32_768)
-def _keywords(text: str) -> frozenset[str]:
+def keywords_of(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(text.lower())) - _STOPWORDS
 
 
-def _scoring_text(msg: Mapping[str, Any]) -> str:
-    text = _message_text(msg)
+def scoring_text(msg: Mapping[str, Any]) -> str:
+    text = message_text(msg)
     calls = msg.get("tool_calls")
     if calls:
         bits = [text]
@@ -45,7 +46,7 @@ def _scoring_text(msg: Mapping[str, Any]) -> str:
 Rung = tuple[str, dict[str, Any] | None, int]
 
 
-class _MessageInfo:
+class MessageInfo:
     """What the builder knows about one message that does not change from step to step: its L0
     count, its fidelity ladder (levels rendered so far, strictly decreasing in tokens; extended
     lazily, only as far as grading and demotion need) and its scoring keywords. Cached by the
@@ -81,10 +82,10 @@ class _MessageInfo:
         # The JSON texts of each lower rung's render (made only of strings and None), once asked for.
         self.rung_texts: dict[int, MessageTexts | None] = {}
         # (this info, rung) for each rung: what a sent message's `WorkingSet.sources` entry is.
-        self.sources: list[tuple[_MessageInfo, int]] = [(self, 0)]
+        self.sources: list[tuple[MessageInfo, int]] = [(self, 0)]
 
 
-class _Slot:
+class Slot:
     """Builder-internal state of one input message in one build."""
 
     __slots__ = (
@@ -103,7 +104,7 @@ class _Slot:
     )
 
     def __init__(
-        self, index: int, msg: Mapping[str, Any], info: _MessageInfo, role: str | None = None
+        self, index: int, msg: Mapping[str, Any], info: MessageInfo, role: str | None = None
     ) -> None:
         self.index = index
         self.msg = msg
@@ -132,7 +133,9 @@ class _Slot:
         return self.info.rungs[self.rung][2]
 
 
-def _units(history: Sequence[Mapping[str, Any]], start: int, *, resume: int | None = None) -> list[list[int]]:
+def find_units(
+    history: Sequence[Mapping[str, Any]], start: int, *, resume: int | None = None
+) -> list[list[int]]:
     """Partition `history[start:]` into units: an assistant message with `tool_calls` together with
     the tool messages right after it that answer those calls; every other message alone. Units
     before `start` (identity) are singletons. With `resume` (the first message of a unit), only the
@@ -156,7 +159,7 @@ def _units(history: Sequence[Mapping[str, Any]], start: int, *, resume: int | No
     return units
 
 
-def _plain(value: Any) -> bool:
+def is_plain(value: Any) -> bool:
     """Whether `value` is made only of dicts (string keys), lists, strings and None, all of exactly
     those types: then a deep copy of it equals it exactly when the two have the same fields."""
     cls = value.__class__
@@ -166,16 +169,16 @@ def _plain(value: Any) -> bool:
         for k, v in value.items():
             if k.__class__ is not str:
                 return False
-            if v is not None and v.__class__ is not str and not _plain(v):
+            if v is not None and v.__class__ is not str and not is_plain(v):
                 return False
         return True
     if cls is list:
-        return all(_plain(v) for v in value)
+        return all(is_plain(v) for v in value)
     return False
 
 
 def _copy(value: Any) -> Any:
-    """A deep copy of a `_plain` value."""
+    """A deep copy of a value for which `is_plain` holds."""
     cls = value.__class__
     if cls is dict:
         return {k: _copy(v) for k, v in value.items()}

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._align import _Reconstructor
+from ._align import Reconstructor
 from ._forms import Form, significant_words, skeleton
 from ._lost import find_lost, instruction_kinds, sentences
 from ._model import (
@@ -109,7 +109,7 @@ def reconstruct(
         from .._tokens import default_counter
 
         count_text = default_counter().count_text
-    r = _Reconstructor(parsed, count_text)
+    r = Reconstructor(parsed, count_text)
     r.run()
     results = [c for c in r.results if c is not None]
     by_call = {c.call_id: c for c in r.compactions}
