@@ -118,7 +118,7 @@ def test_a_live_run_page_shows_new_pins_and_primitives_without_a_reload(
 ) -> None:
     from datetime import UTC, datetime
 
-    from tests.traces.test_live import _pin_event
+    from tests.traces.runs.test_live import _pin_event
     from tests.traces.views_helpers import decision, ingest_live_run, our_step
     from traces.ingest import ingest_events
 

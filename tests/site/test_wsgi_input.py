@@ -2,7 +2,7 @@
 real socket pair) read through `LengthInput` gives the body byte for byte, whatever the sizes asked for
 and however reads and `readline` interleave; the whole body comes back in one read of the reader; a
 Django request over it reads as over gunicorn's Body. A real gunicorn serving bodies in slow pieces:
-tests/traces/test_chunked_bodies.py."""
+tests/traces/core/test_chunked_bodies.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The table of bad events for tests/traces/test_bad_input.py: what a hostile or careless producer
+"""The table of bad events for tests/traces/ingest/test_bad_input.py: what a hostile or careless producer
 sends, as the JSON text it would send, and the field the answer must blame.
 
 Each case is one bad event. The tests put it between two valid events of another run and send it

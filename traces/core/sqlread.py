@@ -5,7 +5,7 @@ machine â€” more than running it. A run read back right after its batch (`GET â€
 four such queries (its key, the run, the turns, the pins): a third of that request's CPU. Here each
 model's column list and converters are worked out once; a read is its SQL, then
 `Model.from_db` with the values converted as the ORM's compiler converts them (the same instances, the
-same values: tests/traces/test_sql_reads.py).
+same values: tests/traces/core/test_sql_reads.py).
 """
 
 from __future__ import annotations

@@ -244,7 +244,7 @@ def json_rows(rows: list[dict[str, Any]], model: type[models.Model]) -> str:
     projection rows), unless it would write a value `json` writes otherwise (`_msgspec_safe`) or
     refuses one (a lone surrogate, which validation refuses too); `json` then writes them. The texts
     differ only in how an instant is spelled (`Z` or `+00:00`), which PostgreSQL reads alike
-    (tests/traces/test_json_rows.py reads both back through PostgreSQL)."""
+    (tests/traces/ingest/test_json_rows.py reads both back through PostgreSQL)."""
     if _msgspec_safe(rows, _checked_columns(model)):
         try:
             return msgspec_text(rows).decode()

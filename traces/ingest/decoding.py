@@ -146,7 +146,7 @@ def _fast_batch(body: bytes) -> tuple[dict[str, Any], BodyTexts] | None:
     element-by-element scan with `json`'s decoder, which took 40% of the ingest view's time for a batch
     of conversation events); None when the scan must answer.
 
-    The values are the ones `json` gives (tests/traces/test_validation_fast.py, with hypothesis): this
+    The values are the ones `json` gives (tests/traces/ingest/test_validation_fast.py, with hypothesis): this
     is taken only when msgspec decodes the whole body and `_plain_body` proves it plain. msgspec refuses
     what `json` accepts with values of its own or flags (NaN, Infinity, a float out of range, a lone
     surrogate escape, nesting past its limit): the scan then decodes the body as before. Each event's

@@ -54,7 +54,7 @@ def do_project_turns(
     parent, so only the touched turns are recomputed; pins are recomputed per touched agent from its
     pin/unpin calls (and the working sets that rendered a pin with no token count); the run's counters
     are updated from the batch and a few aggregate queries. Gives exactly the rows `project_run` gives
-    (tests/traces/test_ingest_incremental.py). Returns False, having changed nothing that the whole-run
+    (tests/traces/ingest/test_ingest_incremental.py). Returns False, having changed nothing that the whole-run
     projection will not replace, when the run leaves the cases this covers; the caller then projects
     it whole. Must run inside the transaction holding the run's lock.
 

@@ -92,7 +92,7 @@ def _decision_counts(rows: list[list[Any]], d: dict[str, Any], md: dict[str, Any
     `decisions` list: one row per object, `pinned` and `outcome` as that function reads them) with
     C-level counting instead of a second pass over the objects. The producer's `compressed_count`
     (and its fallback) is read by `decision_counts` itself. Equal by test
-    (tests/traces/test_projection_counts.py)."""
+    (tests/traces/ingest/test_projection_counts.py)."""
     pinned = sum(map(_pinned_of, rows))
     outcomes = Counter(
         map(_outcome_of, rows) if not pinned else (r[_OUTCOME] for r in rows if not r[_PINNED])

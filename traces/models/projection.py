@@ -171,7 +171,7 @@ def pack_message_decisions(rows: list[list[Any]]) -> str:
 
     Encoded by msgspec: a 200-message step's table in ~23 µs against ~160 µs with `json`'s C encoder
     (which calls `float.__repr__` per score), a seventh of a conversation batch's projection. The text
-    reads back as the same values (tests/traces/test_message_decision_rows.py). Where the two would
+    reads back as the same values (tests/traces/ingest/test_message_decision_rows.py). Where the two would
     differ, `json` writes it: a score that is not finite (msgspec writes `null`; validation refuses
     such events, so only a caller of our own could pass one) or a string msgspec cannot encode (a lone
     surrogate, which validation refuses too)."""

@@ -66,7 +66,7 @@ def run_tag(run: Run, *params: Any) -> str:
 # check included, in one plain SQL statement (nothing to compile), so a poll costs the session and user
 # lookups of Django's middleware plus this one indexed read. The run page, the turn page and the
 # fidelity map answer from it when the tag matches; a full render reads the full rows and computes the
-# same tag from them (tests/traces/test_live.py checks the two agree).
+# same tag from them (tests/traces/runs/test_live.py checks the two agree).
 
 _RUN_COLUMNS = ("id", "project_id", "run_id", "source", "agents", "status", "updated_at", "ended_at")
 _CONVERSATION_COLUMNS = ("id", "status", "updated_at", "cursor", "cancel_requested")

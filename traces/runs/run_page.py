@@ -5,7 +5,7 @@ They are drawn with `format_html` (`rows_html`), which escapes every value it pr
 is ever marked safe here. Why not the template: the overview of a long run draws 200
 timeline rows, up to 100 cognitive calls and a map window of a thousand rectangles or more; through the
 template each of their ~15,000 values cost a variable lookup and a node's render (most of the page's
-server time). The markup is the templates' byte for byte (tests/traces/test_run_page.py renders the
+server time). The markup is the templates' byte for byte (tests/traces/runs/test_run_page.py renders the
 replaced template loops as the reference, on hostile values): every value is printed as the template's
 `{{ value }}` prints it (`escaper`: localized, then escaped), every filter is the template's own.
 

@@ -20,7 +20,7 @@ from traces.collab import sharing
 from traces.ingest import ingest_events
 from traces.models import Project, Run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 #: Names that turn a string into markup the templates print as it is.
 MARKING = {"mark_safe", "SafeString", "SafeText", "SafeData", "mark_for_escaping", "html_safe"}

@@ -23,7 +23,7 @@ from arcana_site.security import CONTENT_SECURITY_POLICY
 from tests.traces.views_helpers import PIN_RUN, ingest_live_run, jsonl_lines
 from traces.models import LoginFailure, Project, Run, Upload
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 PASSWORD = "password"
 
 # --------------------------------------------------------------------------------------------------

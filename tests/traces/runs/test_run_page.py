@@ -16,7 +16,7 @@ from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.traces.test_turn_page import _finished_run, _without_tokens
+from tests.traces.runs.test_turn_page import _finished_run, _without_tokens
 from tests.traces.views_helpers import HOSTILE_VALUES, XSS, decision, ingest_live_run, our_step
 from traces.collab import sharing
 from traces.ingest import ingest_events

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.traces.bad_input_cases import OURS, good
-from tests.traces.test_bad_input import assert_everything_answers
+from tests.traces.ingest.test_bad_input import assert_everything_answers
 from traces.ingest import ingest_events
 from traces.ingest.pipeline import STORE_FAILED
 from traces.models import ContextDecision, Event, Pin, Project, Run, Step

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 
 from tests.traces.bad_input_cases import good
-from tests.traces.test_bad_input import assert_everything_answers
+from tests.traces.ingest.test_bad_input import assert_everything_answers
 from traces.ingest import do_delete_run, do_rebuild_projections, ingest_events
 from traces.models import Event, Project, Run, Step, Turn
 

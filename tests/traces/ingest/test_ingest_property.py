@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.traces.bad_input_cases import OURS, good
-from tests.traces.test_bad_input import assert_everything_answers
+from tests.traces.ingest.test_bad_input import assert_everything_answers
 from traces.ingest.pipeline import STORE_FAILED
 from traces.models import Event, Project
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.traces.helpers import our_run, projection_snapshot
-from tests.traces.test_ingest_incremental import _foreign_parent
+from tests.traces.ingest.test_ingest_incremental import _foreign_parent
 from tests.traces.views_helpers import envelope
 from traces import ingest
 from traces.models import Pin, Project, Run
