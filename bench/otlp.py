@@ -293,6 +293,14 @@ def setup(url: str) -> dict[str, Any]:
     return out
 
 
+def xact_commits(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def steps_visible(url: str, project_id: int) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
@@ -578,7 +586,7 @@ def phoenix_version() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--conversations", type=int, default=2000)
+    ap.add_argument("--conversations", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=5, help="model calls per conversation")
     ap.add_argument("--parallel", type=int, default=200, help="conversations in flight at once")
     ap.add_argument("--workers", type=int, default=3, help="gunicorn workers")
@@ -637,6 +645,8 @@ def main() -> None:
         _, errors = post_bodies(port, "/v1/traces", [b for b, _ in warm_bodies], args.clients, hdr)
         assert not errors, errors[:3]
         hdr = {"Authorization": f"Bearer {ids['key-load']}"}
+        time.sleep(1.2)  # PostgreSQL's statistics are flushed about once a second
+        commits0 = xact_commits(url)
         with RssSampler(server.pid) as rss:
             t0 = time.perf_counter()
             secs, errors = post_bodies(port, "/v1/traces", [b for b, _ in bodies], args.clients, hdr)
@@ -646,6 +656,8 @@ def main() -> None:
                 time.sleep(0.1)
                 visible = steps_visible(url, load_id)
             t_visible = time.perf_counter() - t0
+        time.sleep(1.2)
+        commits = xact_commits(url) - commits0
         if errors:
             print(f"  {len(errors)} requests failed, e.g. {errors[0]}")
         print(f"\nours: {n:,} spans answered 200 in {t_answered:.2f} s = {n / t_answered:,.0f} spans/s; "
@@ -653,6 +665,8 @@ def main() -> None:
               f"(goal ≥ 10,000)")  # fmt: skip
         print("  " + api_check(port, ids["key-load"], load_id, url, args.calls))
         print("  " + consistency(url, load_id, args.calls))
+        print(f"  PostgreSQL commits during the load: {commits:,} ({commits / len(bodies):,.0f} a batch, "
+              f"{commits / n:.2f} a span)")  # fmt: skip
         print(f"  web workers' RSS: {rss.thirds()}")
     finally:
         server.terminate()
