@@ -140,8 +140,7 @@ def do_derive_runs(
         events = events_for_run(run, run_id)
         pks = [by_key[(s["trace_id"], s["span_id"])].pk for s in run_spans]
         previous = {by_key[(s["trace_id"], s["span_id"])].run_id for s in run_spans} - {"", run_id}
-        _replace_events(project, run_id, events, result)
-        Span.objects.filter(pk__in=pks).update(run_id=run_id)
+        _replace_events(project, run_id, events, result, span_pks=pks)
         for stale in previous:  # a trace's own run, now part of its conversation's
             for old in Run.objects.filter(project=project, run_id=stale):
                 if not Span.objects.filter(project=project, run_id=stale).exists():
@@ -150,11 +149,16 @@ def do_derive_runs(
     return result
 
 
-def _replace_events(project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult) -> None:
+def _replace_events(
+    project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult, span_pks: list[int]
+) -> None:
     """The run's derived events replaced by `events`, and its projections rebuilt from them, under
-    the run's row lock (another batch of the same run waits, then derives from every span)."""
+    the run's row lock (another batch of the same run waits, then derives from every span); its
+    spans (`span_pks`) marked as the run's in the same transaction (one durable commit a run, not
+    two: bench/otlp.py)."""
     with transaction.atomic():
         Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
+        Span.objects.filter(pk__in=span_pks).update(run_id=run_id)
         old = Event.objects.filter(project=project, run_id=run_id)
         old._raw_delete(old.db)
         if not events:
