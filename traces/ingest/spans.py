@@ -8,10 +8,11 @@
    `session.id`), else a trace (`runtime.otlp.group_runs`), so a span changes the run of every span
    of its trace and of every trace of its conversation: those spans are read back, and the run is
    assembled from all of them in any order of arrival (`runtime.otlp.assemble_run`).
-3. **Derived events, through the one path.** Each run's events (`runtime.otlp.events_for_run`; their
-   step ids are made from span ids, so the same spans give the same events) replace the run's
-   previous ones, and `ingest_events` projects them like any producer's: runs, turns, steps, tool
-   calls, errors. A late span — a child before its parent, an agent span after its children — only
+3. **Derived events, through the one path.** In one transaction under the project's span lock (two
+   batches of one conversation never interleave), each run's events (`runtime.otlp.events_for_run`;
+   their step ids are made from span ids, so the same spans give the same events) replace the run's
+   previous ones and projections, and `ingest_events` projects and counts them like any producer's:
+   runs, turns, steps, tool calls, errors. A late span — a child before its parent, an agent span after its children — only
    changes what the run is derived into, so the pages follow.
 4. A trace first seen without its conversation id becomes a run of its own (keyed by the trace id);
    once a span of it names the conversation, that run is folded into the conversation's and deleted.
@@ -27,12 +28,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from runtime.otlp import Span as DecodedSpan
 from runtime.otlp import assemble_run, events_for_run, group_runs, normalize_span, run_id_for
 from traces.ingest.deletion import do_delete_run
 from traces.ingest.pipeline import ingest_events
+from traces.ingest.projecting import delete_projections
 from traces.models import Event, Project, Run, Span
 
 log = logging.getLogger(__name__)
@@ -125,47 +127,65 @@ def _closure(project: Project, traces: set[str], conversations: set[str]) -> lis
     return list(Span.objects.filter(project=project, trace_id__in=traces).order_by("pk"))
 
 
+def _lock_spans_of(project: Project) -> None:
+    """Serialize the derivations of one project's spans: each reads the spans of the runs it touches
+    and replaces their events, so two batches of one conversation must not interleave (the later one
+    would write the events of the spans it saw before the other's committed). PostgreSQL: a
+    transaction-scoped advisory lock per project (raw spans are still stored concurrently). SQLite
+    has one writer at a time: the first write of the transaction takes it, before any read here."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, project.pk])
+    else:
+        Project.objects.filter(pk=project.pk).update(slug=project.slug)  # takes SQLite's write lock
+
+
+#: The advisory lock namespace of span derivations (a constant: "ARCA" in ASCII).
+_LOCK_NAMESPACE = 0x41524341
+
+
 def do_derive_runs(
     project: Project, traces: set[str], conversations: set[str], result: SpanResult | None = None
 ) -> SpanResult:
-    """Derive again the runs of these traces and conversations from all their stored spans."""
+    """Derive again the runs of these traces and conversations from all their stored spans, in one
+    transaction under the project's span lock (`_lock_spans_of`): the spans are read after the lock,
+    so every span committed before it is in the runs written."""
     result = result if result is not None else SpanResult()
-    rows = _closure(project, set(traces), set(conversations))
-    by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
-    decoded = [_span(bytes(r.body)) for r in rows]
-    normalized = [normalize_span(s) for s in decoded]
-    for run_key, run_spans in group_runs(normalized).items():
-        run_id = run_id_for(run_key)
-        run = assemble_run(run_spans)
-        events = events_for_run(run, run_id)
-        pks = [by_key[(s["trace_id"], s["span_id"])].pk for s in run_spans]
-        previous = {by_key[(s["trace_id"], s["span_id"])].run_id for s in run_spans} - {"", run_id}
-        _replace_events(project, run_id, events, result, span_pks=pks)
-        for stale in previous:  # a trace's own run, now part of its conversation's
-            for old in Run.objects.filter(project=project, run_id=stale):
+    with transaction.atomic():
+        _lock_spans_of(project)
+        rows = _closure(project, set(traces), set(conversations))
+        by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
+        normalized = [normalize_span(_span(bytes(r.body))) for r in rows]
+        for run_key, run_spans in group_runs(normalized).items():
+            run_id = run_id_for(run_key)
+            events = events_for_run(assemble_run(run_spans), run_id)
+            pks = [by_key[(s["trace_id"], s["span_id"])].pk for s in run_spans]
+            previous = {by_key[(s["trace_id"], s["span_id"])].run_id for s in run_spans} - {"", run_id}
+            Span.objects.filter(pk__in=pks).update(run_id=run_id)
+            _replace_events(project, run_id, events, result)
+            for stale in previous:  # a trace's own run, now part of its conversation's
                 if not Span.objects.filter(project=project, run_id=stale).exists():
-                    do_delete_run(old)
-        result.runs.append(run_id)
+                    for old in Run.objects.filter(project=project, run_id=stale):
+                        do_delete_run(old)
+            result.runs.append(run_id)
     return result
 
 
-def _replace_events(
-    project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult, span_pks: list[int]
-) -> None:
-    """The run's derived events replaced by `events`, and its projections rebuilt from them, under
-    the run's row lock (another batch of the same run waits, then derives from every span); its
-    spans (`span_pks`) marked as the run's in the same transaction (one durable commit a run, not
-    two: bench/otlp.py)."""
-    with transaction.atomic():
-        Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
-        Span.objects.filter(pk__in=span_pks).update(run_id=run_id)
-        old = Event.objects.filter(project=project, run_id=run_id)
-        old._raw_delete(old.db)
-        if not events:
-            return
-        answer = ingest_events(project, events, source="otlp")
-        for r in answer.results:
-            if r.status == "rejected":
-                problem = f"run {run_id!r}: derived event {r.index} not stored: {r.error}"
-                result.problems.append(problem)
-                log.warning("otlp: %s", problem)
+def _replace_events(project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult) -> None:
+    """The run's derived events replaced by `events`: the old events and projections deleted and the
+    run's running totals forgotten (`Run.tally`), so `ingest_events` projects and counts it from the
+    new events alone. The run row stays (its notes and share links with it)."""
+    run = Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
+    old = Event.objects.filter(project=project, run_id=run_id)
+    old._raw_delete(old.db)
+    if run is not None:
+        delete_projections([run.pk])
+        Run.objects.filter(pk=run.pk).update(tally=None, events=0)
+    if not events:
+        return
+    answer = ingest_events(project, events, source="otlp")
+    for r in answer.results:
+        if r.status == "rejected":
+            problem = f"run {run_id!r}: derived event {r.index} not stored: {r.error}"
+            result.problems.append(problem)
+            log.warning("otlp: %s", problem)
