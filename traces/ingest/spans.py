@@ -156,36 +156,44 @@ def do_derive_runs(
         rows = _closure(project, set(traces), set(conversations))
         by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
         normalized = [normalize_span(_span(bytes(r.body))) for r in rows]
+        events: list[dict[str, Any]] = []
+        stale: set[str] = set()
         for run_key, run_spans in group_runs(normalized).items():
             run_id = run_id_for(run_key)
-            events = events_for_run(assemble_run(run_spans), run_id)
-            pks = [by_key[(s["trace_id"], s["span_id"])].pk for s in run_spans]
-            previous = {by_key[(s["trace_id"], s["span_id"])].run_id for s in run_spans} - {"", run_id}
-            Span.objects.filter(pk__in=pks).update(run_id=run_id)
-            _replace_events(project, run_id, events, result)
-            for stale in previous:  # a trace's own run, now part of its conversation's
-                if not Span.objects.filter(project=project, run_id=stale).exists():
-                    for old in Run.objects.filter(project=project, run_id=stale):
-                        do_delete_run(old)
+            events += events_for_run(assemble_run(run_spans), run_id)
+            spans_of_run = [by_key[(s["trace_id"], s["span_id"])] for s in run_spans]
+            stale |= {r.run_id for r in spans_of_run} - {"", run_id}
+            Span.objects.filter(pk__in=[r.pk for r in spans_of_run]).update(run_id=run_id)
+            _forget_events(project, run_id)
             result.runs.append(run_id)
+        _ingest_derived(project, events, result)
+        for run_id in stale:  # a trace's own run, now part of its conversation's
+            if not Span.objects.filter(project=project, run_id=run_id).exists():
+                for old in Run.objects.filter(project=project, run_id=run_id):
+                    do_delete_run(old)
     return result
 
 
-def _replace_events(project: Project, run_id: str, events: list[dict[str, Any]], result: SpanResult) -> None:
-    """The run's derived events replaced by `events`: the old events and projections deleted and the
-    run's running totals forgotten (`Run.tally`), so `ingest_events` projects and counts it from the
-    new events alone. The run row stays (its notes and share links with it)."""
+def _forget_events(project: Project, run_id: str) -> None:
+    """The run's derived events and projections deleted and its running totals forgotten (`Run.tally`,
+    the event count), so `ingest_events` projects and counts it from its new events alone. The run row
+    stays (its notes and share links with it), locked until the transaction ends."""
     run = Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
     old = Event.objects.filter(project=project, run_id=run_id)
     old._raw_delete(old.db)
     if run is not None:
         delete_projections([run.pk])
         Run.objects.filter(pk=run.pk).update(tally=None, events=0)
+
+
+def _ingest_derived(project: Project, events: list[dict[str, Any]], result: SpanResult) -> None:
+    """Every derived event of the batch's runs through one `ingest_events` call (its bulk writes and
+    projections serve all the runs at once); an event it refuses is named in `result.problems`."""
     if not events:
         return
     answer = ingest_events(project, events, source="otlp")
     for r in answer.results:
         if r.status == "rejected":
-            problem = f"run {run_id!r}: derived event {r.index} not stored: {r.error}"
+            problem = f"run {events[r.index]['run_id']!r}: derived event {r.index} not stored: {r.error}"
             result.problems.append(problem)
             log.warning("otlp: %s", problem)
