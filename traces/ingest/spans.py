@@ -158,14 +158,19 @@ def do_derive_runs(
         normalized = [normalize_span(_span(bytes(r.body))) for r in rows]
         events: list[dict[str, Any]] = []
         stale: set[str] = set()
+        moved: list[Span] = []
         for run_key, run_spans in group_runs(normalized).items():
             run_id = run_id_for(run_key)
             events += events_for_run(assemble_run(run_spans), run_id)
-            spans_of_run = [by_key[(s["trace_id"], s["span_id"])] for s in run_spans]
-            stale |= {r.run_id for r in spans_of_run} - {"", run_id}
-            Span.objects.filter(pk__in=[r.pk for r in spans_of_run]).update(run_id=run_id)
-            _forget_events(project, run_id)
+            for row in (by_key[(s["trace_id"], s["span_id"])] for s in run_spans):
+                if row.run_id != run_id:
+                    stale.add(row.run_id)
+                    row.run_id = run_id
+                    moved.append(row)
             result.runs.append(run_id)
+        stale -= {"", *result.runs}
+        Span.objects.bulk_update(moved, ["run_id"], batch_size=1000)
+        _forget_events(project, result.runs)
         _ingest_derived(project, events, result)
         for run_id in stale:  # a trace's own run, now part of its conversation's
             if not Span.objects.filter(project=project, run_id=run_id).exists():
@@ -174,16 +179,22 @@ def do_derive_runs(
     return result
 
 
-def _forget_events(project: Project, run_id: str) -> None:
-    """The run's derived events and projections deleted and its running totals forgotten (`Run.tally`,
-    the event count), so `ingest_events` projects and counts it from its new events alone. The run row
-    stays (its notes and share links with it), locked until the transaction ends."""
-    run = Run.objects.select_for_update().filter(project=project, run_id=run_id).first()
-    old = Event.objects.filter(project=project, run_id=run_id)
+def _forget_events(project: Project, run_ids: list[str]) -> None:
+    """These runs' derived events and projections deleted and their running totals forgotten
+    (`Run.tally`, the event count), so `ingest_events` projects and counts them from their new events
+    alone. The run rows stay (their notes and share links with them), locked until the transaction
+    ends. A fixed number of statements for any number of runs."""
+    runs = list(
+        Run.objects.select_for_update()
+        .filter(project=project, run_id__in=run_ids)
+        .order_by("run_id")
+        .values_list("pk", flat=True)
+    )
+    old = Event.objects.filter(project=project, run_id__in=run_ids)
     old._raw_delete(old.db)
-    if run is not None:
-        delete_projections([run.pk])
-        Run.objects.filter(pk=run.pk).update(tally=None, events=0)
+    if runs:
+        delete_projections(runs)
+        Run.objects.filter(pk__in=runs).update(tally=None, events=0)
 
 
 def _ingest_derived(project: Project, events: list[dict[str, Any]], result: SpanResult) -> None:
