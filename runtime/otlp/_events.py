@@ -40,7 +40,7 @@ from ..reconstruct import Reconstruction
 from ._reconstructed import emit_decision, reconstruction
 from ._recorded import is_recorded, recorded_step, recorded_turn_events
 from ._types import ErrorInfo, Message, OtlpRun, OtlpStep, OtlpToolCall, OtlpTurn, Part
-from ._writer import EventWriter, step_id_of, step_usage, text_of
+from ._writer import EventWriter, Pos, step_id_of, step_usage, text_of
 
 _MAX_ID = 200
 
@@ -113,9 +113,7 @@ def _error_text(error: ErrorInfo) -> tuple[str, str]:
     return kind, error.get("message") or kind
 
 
-def _tool(
-    w: EventWriter, call: OtlpToolCall, n: int, step_id: str, step: OtlpStep, pos: tuple[int, int, str | None]
-) -> None:
+def _tool(w: EventWriter, call: OtlpToolCall, n: int, step_id: str, step: OtlpStep, pos: Pos) -> None:
     ended = call["end_time"] or step["end_time"]
     started = call["start_time"] or ended
     error = call["error"]
@@ -170,25 +168,57 @@ def _step(
     if rec is not None:
         emit_decision(w, rec, step, step_id, pos)
     if step["input_messages"] is not None or step["system_instructions"]:
+        _prompt_snapshot(w, step, step_id, pos)
+    _call_record(w, turn, number, step, step_id, spine, pos)
+    for n, call in enumerate(step["tool_calls"], start=1):
+        _tool(w, call, n, step_id, step, pos)
+    error = step["error"]
+    if error:
+        kind, message = _error_text(error)
         w.emit(
-            "prompt_snapshot",
-            f"{step_id}-input",
+            "error",
+            f"{step_id}-error",
             step_id,
-            step["start_time"],
+            step["end_time"],
             pos,
-            {
-                "prompt_snapshot": {
-                    "turn": w.iteration,
-                    "step": w.iteration,
-                    "model": step["model"],
-                    "messages": chat_messages(step["input_messages"], step["system_instructions"]),
-                    "tools": [],
-                    "response_format": None,
-                    "budget_snapshot": None,
-                }
-            },
-            model=step["model"],
+            {"error": kind, "message": message, "error_category": "provider"},
         )
+    return step_id
+
+
+def _prompt_snapshot(w: EventWriter, step: OtlpStep, step_id: str, pos: Pos) -> None:
+    """`prompt_snapshot`: the messages the model call received, system instructions first."""
+    w.emit(
+        "prompt_snapshot",
+        f"{step_id}-input",
+        step_id,
+        step["start_time"],
+        pos,
+        {
+            "prompt_snapshot": {
+                "turn": w.iteration,
+                "step": w.iteration,
+                "model": step["model"],
+                "messages": chat_messages(step["input_messages"], step["system_instructions"]),
+                "tools": [],
+                "response_format": None,
+                "budget_snapshot": None,
+            }
+        },
+        model=step["model"],
+    )
+
+
+def _call_record(
+    w: EventWriter,
+    turn: OtlpTurn,
+    number: int,
+    step: OtlpStep,
+    step_id: str,
+    spine: str | None,
+    pos: Pos,
+) -> None:
+    """`turn` (the call record: the answer, its facts, usage, the span's ids) and `llm_call`."""
     text, calls = _answer(step)
     usage = step_usage(step)
     latency = max(0, (step["end_time"] - step["start_time"]) // 1_000_000)
@@ -231,19 +261,6 @@ def _step(
         llm_latency_ms=latency,
         budgets={"tokens_used": usage["total_tokens"]},
     )
-    for n, call in enumerate(step["tool_calls"], start=1):
-        _tool(w, call, n, step_id, step, pos)
-    if error:
-        kind, message = _error_text(error)
-        w.emit(
-            "error",
-            f"{step_id}-error",
-            step_id,
-            step["end_time"],
-            pos,
-            {"error": kind, "message": message, "error_category": "provider"},
-        )
-    return step_id
 
 
 def events_for_run(run: OtlpRun, run_id: str | None = None) -> list[dict[str, Any]]:

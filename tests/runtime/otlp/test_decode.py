@@ -18,6 +18,7 @@ from runtime.otlp import (
     OtlpDecodeError,
     OtlpDependencyError,
     _decode,
+    _decode_protobuf,
     decode_request,
     encode_response,
 )
@@ -214,7 +215,7 @@ def test_it_rejects_an_undecodable_body(body: bytes, ctype: str, encoding: str |
 
 
 def test_it_says_to_install_the_extra_when_protobuf_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_decode, "_PB", None)
+    monkeypatch.setattr(_decode_protobuf, "_PB", None)
     monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.trace.v1", None)
     with pytest.raises(OtlpDependencyError, match=r"arcana-console\[otlp\]"):
         decode_request(pb_request([spec(1)]), PB)
