@@ -337,19 +337,19 @@ def api_check(port: int, key: str, project_id: int, url: str, calls: int) -> str
 
 def consistency(url: str, project_id: int, calls: int) -> str:
     """What the derived runs hold against what their spans say: each run of `calls` steps should have
-    3 events a step (prompt_snapshot, turn, llm_call) and a `Run.events` tally equal to its rows."""
+    4 events a step (prompt_snapshot, context_decision, turn, llm_call) and a `Run.events` tally equal to its rows."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "WITH ev AS (SELECT run_id, count(*) n FROM traces_event WHERE project_id = %(p)s GROUP BY 1), "
             "st AS (SELECT r.run_id, r.events, count(s.id) nst FROM traces_run r LEFT JOIN traces_step s ON s.run_id = r.id "
             "WHERE r.project_id = %(p)s GROUP BY 1, 2) "
-            "SELECT count(*), count(*) FILTER (WHERE st.nst = %(c)s), count(*) FILTER (WHERE coalesce(ev.n, 0) = 3 * %(c)s), "
+            "SELECT count(*), count(*) FILTER (WHERE st.nst = %(c)s), count(*) FILTER (WHERE coalesce(ev.n, 0) = 4 * %(c)s), "
             "count(*) FILTER (WHERE st.events <> coalesce(ev.n, 0)) FROM st LEFT JOIN ev USING (run_id)",
             {"p": project_id, "c": calls},
         ).fetchone()
     assert rows
     runs, full_steps, full_events, tally_off = rows
-    return (f"consistency: {runs:,} runs; {full_steps:,} with all {calls} steps; {full_events:,} with all {3 * calls} "
+    return (f"consistency: {runs:,} runs; {full_steps:,} with all {calls} steps; {full_events:,} with all {4 * calls} "
             f"derived event rows; {tally_off:,} whose Run.events tally differs from their event rows")  # fmt: skip
 
 
