@@ -12,8 +12,9 @@ attributes back into the same events as the JSONL trace (docs/trace-format.md, "
 Spans, per run (`gen_ai.conversation.id` = our run id on every span):
 
 - `invoke_agent [agent]`: one per turn (per pool agent), the root of its own trace; `arcana.turn`.
-  It ends with the turn: after a step that answered without tool calls, at a `state_change` or at an
-  `error` that stopped the turn, else when the next turn of the agent begins or the run closes.
+  It ends with the turn: after a step that answered without tool calls or at a `state_change`, else
+  when the next turn of the agent begins or the run closes (a failed send's `error` and the failed
+  `turn` event after it stay on it).
 - `chat <model>`: one per step, ended when the step's model call is recorded (its `llm_call`
   event, or the provider error), lasting the call's latency; messages in the parts form, model,
   usage, finish reason, tool definitions, and `arcana.*` (the context decision, pins, the step's
@@ -257,7 +258,7 @@ class OtlpExportSink:
             step.decision = event
         elif kind == "prompt_snapshot":
             step.snapshot = event
-        elif kind == "turn":
+        elif kind == "turn" and not step.emitted:
             step.answer = event
         elif kind == "llm_call" and md.get("purpose") != "summarize" and not step.emitted:
             self._chat_span(state, event.run_id, agent, step, event, None, ns)
@@ -269,9 +270,8 @@ class OtlpExportSink:
         ):
             self._tool_span(state, event, agent, step, ns)
         elif kind == "error" and md.get("purpose") is None and not step.emitted:
+            # The turn's span stays open: a failed send's own `turn` event follows (kept whole on it).
             self._chat_span(state, event.run_id, agent, step, None, event, ns)
-            if event.stop_reason is not None:
-                self._end_turn(state)
         elif kind == "state_change" and state.span is not None:
             state.span.add_event("arcana.event", {"arcana.event": _whole_event(event)}, ns)
             state.span.set_attribute("arcana.stop_reason", str(event.stop_reason))

@@ -210,7 +210,17 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 
 
 def _is_otlp_file(p: Path) -> bool:
-    return p.name.endswith((".json", ".json.gz"))
+    """A `.json` / `.json.gz` file whose first bytes name OTLP's `resourceSpans` (other JSON files in a
+    folder of traces, such as a scenario, are not traces)."""
+    if not p.name.endswith((".json", ".json.gz")):
+        return False
+    try:
+        opener = gzip.open if p.name.endswith(".gz") else open
+        with opener(p, "rb") as fh:
+            head = fh.read(4096)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return True  # named as one: read_otlp_file reports why it cannot be read
+    return b"resourceSpans" in head or b"resource_spans" in head
 
 
 def read_otlp_file(path: str | Path) -> tuple[list[TraceEvent], list[LineError]]:

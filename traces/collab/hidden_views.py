@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from django.utils.safestring import SafeString
+from django.utils.html import format_html
 
 from traces.collab.redaction import allow_only
 from traces.models import ContextDecision, Pin, Run, unpack_message_decisions
@@ -66,7 +66,7 @@ def _steps(
         view["primitives"] = [(allow_only(ev, hide), line) for ev, line in sv.get("primitives") or []]
         decision = sv.get("decision")
         view["decision"] = allow_only(decision, hide)
-        view["table"] = view["changes_html"] = SafeString("")
+        view["table"] = view["changes_html"] = format_html("{}", "")
         view["changes"] = None
         if decision is not None:
             mds = _decisions(tables.get(decision.pk), hide)
