@@ -17,7 +17,7 @@ Where each fact lives:
 | turn / step / agent of an event; steps and turns | `normalize_events`, `our_position`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
 | a step's model | `step_model` | `_events` |
 | bundles and delegation | `run_links`, `RunLinks` | `_events` |
-| pin lifetimes; the active rule; Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
+| pin lifetimes; the active rule (during a turn, after it); Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `pin_active_after`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
 | where a pinned block was and which pin it is | `pinned_blocks`, `PinnedBlock`, `is_pinned_row` | `_pins` |
 | primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
@@ -75,6 +75,7 @@ from ._pins import (
     arcana_renders_pin,
     decision_rows,
     is_pinned_row,
+    pin_active_after,
     pin_active_at,
     pin_lifetimes,
     pinned_blocks,
@@ -114,6 +115,7 @@ __all__ = [
     "is_pinned_row",
     "normalize_events",
     "our_position",
+    "pin_active_after",
     "pin_active_at",
     "pin_lifetimes",
     "pinned_blocks",

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from runtime.compare import LEVELS, Comparison, TurnData, TurnPair
+from runtime.compare import LEVELS, Comparison, TurnData, TurnPair, summary_differs
 from traces import conversations as service
 from traces.compare import service as cmp
 from traces.conversations.views import RunSettingsForm
@@ -161,7 +161,7 @@ def _turn_rows(c: Comparison, pairs: list[TurnPair], pair: TurnPair | None) -> l
 def _summary_rows(c: Comparison) -> list[dict[str, Any]]:
     rows = []
     for key, label, va, vb in c.summary_rows():
-        rows.append({"key": key, "label": label, "a": va, "b": vb, "differs": va != vb})
+        rows.append({"key": key, "label": label, "a": va, "b": vb, "differs": summary_differs(key, va, vb)})
     return rows
 
 
