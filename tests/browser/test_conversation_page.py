@@ -32,8 +32,7 @@ def test_the_side_panel_lists_each_steps_message_decisions(
     table.wait_for()
     assert "3 rows" in page.locator("#conv-side .decisions summary").inner_text()
     cells = [
-        [c.strip() for c in r.locator("td").all_inner_texts()[:4]]
-        for r in table.locator("tbody tr").all()
+        [c.strip() for c in r.locator("td").all_inner_texts()[:4]] for r in table.locator("tbody tr").all()
     ]
     assert cells == [
         ["0", "system", "kept", "L0"],
