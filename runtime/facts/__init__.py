@@ -23,7 +23,7 @@ Where each fact lives:
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
 | decision counts | `decision_counts`, `DecisionCounts` | `_outcomes` |
 | reading a field tolerantly (wrong type = missing) | `as_dict`, `as_list`, `as_str`, `as_int`, `as_number` | `_values` |
-| errors; failed steps, sends and runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome` | `_failures` |
+| errors; failed steps, sends and runs; cancelled runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome`, `CANCELLED_STOP` | `_failures` |
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from ._events import (
     step_model,
 )
 from ._failures import (
+    CANCELLED_STOP,
     NO_ANSWER,
     STEP_EVENT_TYPES,
     SendOutcome,
@@ -85,6 +86,7 @@ from ._values import as_dict, as_int, as_list, as_number, as_str
 
 __all__ = [
     "ARCANA_PRODUCER",
+    "CANCELLED_STOP",
     "NO_ANSWER",
     "STEP_EVENT_TYPES",
     "UNRECORDED_CALL",

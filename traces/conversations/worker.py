@@ -31,7 +31,7 @@ from runtime import (
 from runtime.scenarios import get_scenario
 from traces.conversations.providers import SCRIPTED, server_providers
 from traces.conversations.service import enqueue
-from traces.conversations.sink import StoreSink
+from traces.conversations.sink import StoreSink, record_cancellation
 from traces.core import workers
 from traces.models import Conversation
 
@@ -410,7 +410,9 @@ def _finish(conv: Conversation, owner: str, status: str, reason: str) -> None:
         fields["finished_at"] = now
     if status == Conversation.Status.WAITING_FOR_USER:
         fields["attempts"] = 0
-    Conversation.objects.filter(pk=conv.pk, lease_owner=owner).update(**fields)
+    finished = Conversation.objects.filter(pk=conv.pk, lease_owner=owner).update(**fields)
+    if finished and status == Conversation.Status.CANCELLED:
+        record_cancellation(conv, reason)  # the run's status is its events': `cancelled` too
 
 
 def sweep_conversations() -> dict[str, int]:

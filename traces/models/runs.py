@@ -38,7 +38,8 @@ class Run(models.Model):
 
     `status`, `failure` and `errors` are `runtime.facts.run_outcome` of its events: `failed` (with the
     reason in `failure`) when an error stopped it or its last step failed — including an arcana-agent 1.2
-    send whose model never answered —, `completed` when its last answer is final, else `running`; a run
+    send whose model never answered —, `cancelled` (the reason in `failure` too) when its last event
+    says someone cancelled it, `completed` when its last answer is final, else `running`; a run
     with no event of a step at all (an Arcana 1.2 session file holding only `history_seeded`) is
     `completed` with zero steps ("no steps" on the pages). `errors` counts failed tool calls, unknown
     tools and other errors alike, for both producers. `bundle_id` / `delegated_by_run_id` are
@@ -56,6 +57,7 @@ class Run(models.Model):
         RUNNING = "running"
         COMPLETED = "completed"
         FAILED = "failed"
+        CANCELLED = "cancelled"  # someone stopped it (`runtime.facts.CANCELLED_STOP`)
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     run_id = models.CharField(max_length=200)
@@ -183,6 +185,10 @@ class Run(models.Model):
     @property
     def is_failed(self) -> bool:
         return self.status == self.Status.FAILED
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.status == self.Status.CANCELLED
 
     @property
     def has_primitives(self) -> bool:
