@@ -161,10 +161,23 @@ def decision_rows(
                 fidelity="L0" if is_pin else (d.get("fidelity") or cls),
                 tokens=f"{'?' if before is None else before}→{'?' if after is None else after}",
                 relevance=f"{rel:.2f}" if isinstance(rel, int | float) else "—",
-                reason=d.get("reason") or "—",
+                reason=(d.get("reason") or "—") + _grown_note(cls, before, after),
             )
         )
     return rows
+
+
+#: Said of a row sent at a lower fidelity whose token count went up.
+GROWN_NOTE = (
+    " — marked compressed, yet its tokens grew: the stub or marker of this level costs more than the "
+    "short message it stands for"
+)
+
+
+def _grown_note(cls: str, before: Any, after: Any) -> str:
+    """An explanation for a row marked compressed (L1–L3) whose tokens grew, else ""."""
+    grew = isinstance(before, int | float) and isinstance(after, int | float) and after > before
+    return GROWN_NOTE if grew and cls in ("L1", "L2", "L3") else ""
 
 
 def step_changes(

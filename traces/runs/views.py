@@ -84,6 +84,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "query": query.urlencode(),
         "any_live": any(r.is_updating for r in rows),
+        # Viewers read runs but may not upload: no button that leads to a refusal. A callable, so the
+        # query runs only where the page shows the button (the list's polls never do).
+        "can_upload": access.projects(request, Action.UPLOAD).exists,
     }
     # The list's version: what its rows show of each run, and how many runs match (traces/runs/live.py).
     ctx["live_etag"] = tag = live.etag(
