@@ -39,3 +39,19 @@ def test_the_side_panel_lists_each_steps_message_decisions(
         ["1", "user", "kept", "L0"],
         ["2", "assistant", "compressed", "L2"],
     ]
+
+
+def test_a_run_page_opened_before_its_first_event_turns_into_the_run(
+    browser: Any, live_server: Any, project: Project, alice: Any
+) -> None:
+    """`run_url` of a new conversation: "Waiting for the first event…", then the run, without a reload
+    by the user."""
+    spec = service.check_conversation_request({"model": "pin-recall-demo", "script": None})
+    conv = service.start_conversation(project, spec, user=alice)
+    page = login(browser, live_server, "alice")
+    page.goto(live_server.url + conv.get_absolute_url())
+    assert "Waiting for the first event" in page.locator("#run-waiting").inner_text()
+    ingest_events(project, our_step(conv.run_id, 1, 1, decisions=[decision(0, "user")]), source="worker")
+    page.locator(".run-badges").wait_for(timeout=15_000)
+    assert page.locator("#run-waiting").count() == 0
+    assert conv.run_id in page.locator("h1").inner_text()

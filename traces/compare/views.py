@@ -85,13 +85,7 @@ def _side(request: HttpRequest, ref: str | None) -> _Side:
         return _Side(str(ref), run, None)
     parsed = cmp.parse_run_ref(ref)
     if parsed is not None:
-        conv = (
-            Conversation.objects.filter(
-                project_id=parsed[0], run_id=parsed[1], project__in=access.projects(request)
-            )
-            .select_related("project__team")
-            .first()
-        )
+        conv = access.find_conversation(request, *parsed)
         if conv is not None:
             return _Side(str(ref), conv.run, conv)
     raise Http404("No such run.")

@@ -19,6 +19,7 @@ from traces.collab import notes, sharing
 from traces.core import access
 from traces.models import (
     Action,
+    Conversation,
     membership_of,
 )
 from traces.runs import live, queries
@@ -108,7 +109,9 @@ def runs(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    run = access.get_run(request, project_id, run_id)
+    run = access.find_run(request, project_id, run_id)
+    if run is None:
+        return _waiting_for_run(request, project_id, run_id)
     agent = agent_for(request, run)
     ctx = run_ctx(request, run, agent)
     membership = membership_of(request.user, run.project.team_id)
@@ -136,11 +139,38 @@ def _poll(
     return agent, tag, live.not_modified(request, tag)
 
 
+def _waiting_ctx(conv: Conversation) -> tuple[dict[str, Any], str]:
+    """The waiting page's context and its live fragment's tag (the conversation's state)."""
+    tag = live.etag("run-waiting", conv.pk, conv.status, conv.updated_at.isoformat(), conv.cursor)
+    return {"conv": conv, "project": conv.project, "run_id": conv.run_id, "live_etag": tag}, tag
+
+
+def _waiting_for_run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """The page of a run a conversation will write, before its first event is stored: "Waiting for the
+    first event…", polling `run_live` until the run arrives (the page then reloads into the run). A run
+    no conversation of a readable project will write is a 404, as before."""
+    conv = access.find_conversation(request, project_id, run_id)
+    if conv is None:
+        raise Http404("No such run.")
+    ctx, _tag = _waiting_ctx(conv)
+    return render(request, "traces/run_waiting.html", ctx)
+
+
 @login_required
 @require_GET
 def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    """The header stats and the timeline's last page, for pages polling a live run."""
-    agent, tag, unchanged = _poll(request, project_id, run_id, "run")
+    """The header stats and the timeline's last page, for pages polling a live run; before the run's
+    first event, the waiting page's fragment (its conversation's state)."""
+    try:
+        agent, tag, unchanged = _poll(request, project_id, run_id, "run")
+    except Http404:  # no run (yet): the conversation that will write it, else a 404 still
+        conv = access.find_conversation(request, project_id, run_id)
+        if conv is None:
+            raise
+        ctx, tag = _waiting_ctx(conv)
+        return live.not_modified(request, tag) or live.tagged(
+            render(request, "traces/_run_waiting.html", ctx), tag
+        )
     if unchanged:
         return unchanged
     run = access.get_run(request, project_id, run_id)
