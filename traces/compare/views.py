@@ -226,9 +226,14 @@ def compare(request: HttpRequest) -> HttpResponse:
     """`/compare?a=<project_id>:<run_id>&b=…` (or two `run=` values, as the runs list's checkboxes
     send them: redirected to the a/b form)."""
     picked = request.GET.getlist("run")
+    if not picked and "a" not in request.GET and "b" not in request.GET:
+        # `/compare` alone: how to pick two runs, not an error.
+        return render(request, "traces/compare_pick.html", {"count": 0, "asked": False})
     if picked and "a" not in request.GET:
         if len(picked) != 2:
-            return render(request, "traces/compare_pick.html", {"count": len(picked)}, status=400)
+            return render(
+                request, "traces/compare_pick.html", {"count": len(picked), "asked": True}, status=400
+            )
         return redirect(cmp.compare_url(picked[0], picked[1]))
     a, b = _sides(request)
     ctx: dict[str, Any] = {"side_a": a, "side_b": b}
