@@ -17,6 +17,7 @@ Where each fact lives:
 | turn / step / agent of an event; steps and turns | `normalize_events`, `our_position`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
 | a step's model | `step_model` | `_events` |
 | bundles and delegation | `run_links`, `RunLinks` | `_events` |
+| a run's name and tags (`metadata.run_name` / `run_tags`) and their one rule | `run_labels`, `RunLabels`, `clean_name`, `clean_tags`, `bad_tags`, `NAME_MAX`, `TAGS_MAX`, `TAG_RE` | `_labels` |
 | pin lifetimes; the active rule (during a turn, after it); Arcana's rendered rule | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `pin_active_after`, `active_pins`, `arcana_renders_pin`, `rendered_pins` | `_pins` |
 | where a pinned block was and which pin it is | `pinned_blocks`, `PinnedBlock`, `is_pinned_row` | `_pins` |
 | primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
@@ -55,6 +56,7 @@ from ._failures import (
     step_failure,
     turn_outcome,
 )
+from ._labels import NAME_MAX, TAG_RE, TAGS_MAX, RunLabels, bad_tags, clean_name, clean_tags, run_labels
 from ._outcomes import (
     UNRECORDED_CALL,
     DecisionCounts,
@@ -86,6 +88,14 @@ from ._values import as_dict, as_int, as_list, as_number, as_str
 
 __all__ = [
     "ARCANA_PRODUCER",
+    "NAME_MAX",
+    "TAGS_MAX",
+    "TAG_RE",
+    "RunLabels",
+    "bad_tags",
+    "clean_name",
+    "clean_tags",
+    "run_labels",
     "CANCELLED_STOP",
     "NO_ANSWER",
     "STEP_EVENT_TYPES",

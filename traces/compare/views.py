@@ -295,7 +295,16 @@ class RunAgainForm(RunSettingsForm):
             "prompt_snapshots": bool(cfg.get("prompt_snapshots", True)),
             "script": [dict(m) for m in conv.script] or None,
             "agents": cfg.get("agents"),
+            # Kept: the run's name and tags as they show now (set on its page, else its trace's).
+            **_labels_of(conv),
         }
+
+
+def _labels_of(conv: Conversation) -> dict[str, Any]:
+    run, cfg = conv.run, conv.config or {}
+    if run is not None:
+        return {"name": run.shown_name or None, "tags": run.shown_tags or None}
+    return {"name": cfg.get("name") or None, "tags": cfg.get("tags") or None}
 
 
 def _conversation_to_rerun(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:

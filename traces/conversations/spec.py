@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.facts import TAGS_MAX, bad_tags, clean_name, clean_tags
 from runtime.scenarios import Scenario, get_scenario
 from traces.conversations.providers import PRIMITIVES, SCRIPTED, available_providers
 
@@ -44,6 +45,8 @@ class ConversationSpec:
     script: list[dict[str, Any]] | None  # [{"agent": str | None, "content": str}]; None = playground
     agents: list[dict[str, Any]] | None  # [{"name", "system", "cognitive_primitives": list | None}]
     extra: dict[str, Any] = field(default_factory=dict)
+    name: str = ""  # the run's name and tags (`chat(name=…, tags=…)`: written into its trace)
+    tags: list[str] = field(default_factory=list)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -53,6 +56,8 @@ class ConversationSpec:
             "pin_budget_fraction": self.pin_budget_fraction,
             "prompt_snapshots": self.prompt_snapshots,
             "agents": self.agents,
+            "name": self.name,
+            "tags": self.tags,
         }
 
 
@@ -68,6 +73,8 @@ REQUEST_FIELDS = (
     "prompt_snapshots",
     "script",
     "agents",
+    "name",
+    "tags",
 )
 
 
@@ -81,7 +88,8 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     `script` (list of messages, or null for a playground; for a pool each item is
     `{"agent": name, "content": text}` or a plain string for the first agent); `agents` (null for a
     chat, or `[{"name", "system", "cognitive_primitives": null (inherit) | [...] (override) | [] (opt
-    out)}]`). Every problem is reported, not just the first."""
+    out)}]`); `name` (str or null) and `tags` (a list of tags, or null): the run's, written into its
+    trace (`runtime.facts.run_labels`). Every problem is reported, not just the first."""
     errors: list[dict[str, str]] = []
 
     def bad(name: str, message: str) -> None:
@@ -131,9 +139,18 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     names = [a["name"] for a in agents] if agents else []
     script = _check_script(data.get("script"), names, bad)
 
+    name = data.get("name")
+    if name is not None and not isinstance(name, str):
+        bad("name", "must be a string or null")
+    tags = data.get("tags")
+    for problem in bad_tags(tags) if tags is not None else []:
+        bad("tags", problem)
+
     if errors:
         raise ConversationInputError(errors)
     return ConversationSpec(
+        name=clean_name(name),
+        tags=clean_tags(tags)[:TAGS_MAX] if tags is not None else [],
         provider=provider,
         model=str(model),
         system=system,

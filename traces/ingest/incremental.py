@@ -18,10 +18,12 @@ from runtime import TraceEvent
 from runtime.facts import (
     CANCELLED_STOP,
     PinLifetime,
+    RunLabels,
     TurnView,
     build_steps,
     normalize_events,
     pin_lifetimes,
+    run_labels,
     status_from_last,
 )
 from traces.core import prepared
@@ -238,6 +240,12 @@ def _update_counters(
     run.status = tally.status()
     if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
         return False  # the reason of a failed or cancelled run is a whole-run fact (`run_outcome`)
+    if any(
+        ("run_name" in ev.metadata or "run_tags" in ev.metadata)
+        and run_labels([ev]) != RunLabels(run.name, list(run.tags or []))
+        for ev in new
+    ):
+        return False  # a run's name and tags are its first event's (`runtime.facts.run_labels`)
     for key, value in (("bundle_id", run.bundle_id), ("delegated_by_run_id", run.delegated_by_run_id)):
         if any(ev.metadata.get(key, value or None) != (value or None) for ev in new):
             return False  # a run's links are its first event's (`runtime.facts.run_links`): whole run

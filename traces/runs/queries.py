@@ -10,7 +10,7 @@ The fidelity map and pin lanes are laid out by `traces.runs.charts`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import QuerySet
@@ -31,6 +31,7 @@ class FilterChoices:
     projects: list[Project]
     models: list[str]
     agents: list[str]
+    tags: list[str] = field(default_factory=list)
 
 
 def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> FilterChoices:
@@ -45,7 +46,15 @@ def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> Filte
         .values_list("agent", flat=True)
         .distinct()[:100]
     )
-    return FilterChoices(projects=projects, models=models, agents=agents)
+    # The tags the form suggests: those of the newest runs that have any (a bounded read, not a scan).
+    tags: set[str] = set()
+    for label_tags, trace_tags in (
+        runs.exclude(tags=[], label_tags__isnull=True)
+        .order_by("-started_at")
+        .values_list("label_tags", "tags")[:500]
+    ):
+        tags.update(label_tags if label_tags is not None else trace_tags or [])
+    return FilterChoices(projects=projects, models=models, agents=agents, tags=sorted(tags)[:200])
 
 
 def is_pin_decision(d: Mapping[str, Any]) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from traces.collab import notes, sharing
 from traces.core import access
@@ -22,7 +23,7 @@ from traces.models import (
     Conversation,
     membership_of,
 )
-from traces.runs import live, queries
+from traces.runs import labels, live, queries
 from traces.runs.context import (
     agent_for,
     fidelity_ctx,
@@ -116,6 +117,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx = run_ctx(request, run, agent)
     membership = membership_of(request.user, run.project.team_id)
     ctx.update(notes.note_perm_ctx(membership))
+    ctx["may_label"] = membership is not None and membership.can(Action.LABEL)
     ctx.update(sharing.share_panel_ctx(request, run, membership))
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
@@ -137,6 +139,25 @@ def _poll(
     agent = agent_for(request, light)
     tag = live.run_tag(light, *params[:1], agent, *params[1:])
     return agent, tag, live.not_modified(request, tag)
+
+
+@login_required
+@require_POST
+def run_labels(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """The run page's "Edit name and tags" form (members and up; audited): `reset` shows the trace's."""
+    run = access.get_run(request, project_id, run_id)
+    access.require(request, run.project.team_id, Action.LABEL)
+    if request.POST.get("reset"):
+        name, tags = None, None
+    else:
+        name, tags = request.POST.get("name", ""), labels.parse_tags_text(request.POST.get("tags", ""))
+    try:
+        changed = labels.do_set_labels(run, request.user, name=name, tags=tags)
+    except labels.LabelError as exc:
+        messages.error(request, f"Not saved: {exc}")
+    else:
+        messages.success(request, "Name and tags saved." if changed else "Nothing changed.")
+    return redirect(run.get_absolute_url())
 
 
 def _waiting_ctx(conv: Conversation) -> tuple[dict[str, Any], str]:
