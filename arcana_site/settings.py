@@ -33,7 +33,9 @@ if not SECRET_KEY and _SECRET_KEY_FILE.is_file():
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "SECRET_KEY is not set and DEBUG is off. Set SECRET_KEY to a long random string "
+            f"SECRET_KEY is not set, DEBUG is off and there is no key file at {_SECRET_KEY_FILE}. On the "
+            "embedded installation, set ARCANA_DATA_DIR to the folder scripts/run used (it writes the "
+            "key there on its first start). Otherwise set SECRET_KEY to a long random string "
             "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`), "
             "or set DEBUG=True for local development."
         )

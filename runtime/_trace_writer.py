@@ -1,8 +1,8 @@
 """Where trace events go: sinks, and the `TraceWriter` that stamps our metadata on every event.
 
-    >>> JsonlFileSink("./traces")                     # <trace_dir>/<run_id>.jsonl, one file per run
+    >>> JsonlFileSink("./arcana-traces")                     # <trace_dir>/<run_id>.jsonl, one file per run
     >>> CallableSink(lambda event: events.append(event))   # in-process: fn(dict) per event
-    >>> MultiSink(JsonlFileSink("./traces"), CallableSink(ingest_one))
+    >>> MultiSink(JsonlFileSink("./arcana-traces"), CallableSink(ingest_one))
     >>> Runtime(..., trace_sinks=[CallableSink(fn)])  # replaces the default file sink
 
 A sink is anything with `write(event: TraceEvent) -> None` and `close() -> None` (`flush()` is
