@@ -139,18 +139,13 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     names = [a["name"] for a in agents] if agents else []
     script = _check_script(data.get("script"), names, bad)
 
-    name = data.get("name")
-    if name is not None and not isinstance(name, str):
-        bad("name", "must be a string or null")
-    tags = data.get("tags")
-    for problem in bad_tags(tags) if tags is not None else []:
-        bad("tags", problem)
+    name, tags = _check_labels(data.get("name"), data.get("tags"), bad)
 
     if errors:
         raise ConversationInputError(errors)
     return ConversationSpec(
-        name=clean_name(name),
-        tags=clean_tags(tags)[:TAGS_MAX] if tags is not None else [],
+        name=name,
+        tags=tags,
         provider=provider,
         model=str(model),
         system=system,
@@ -161,6 +156,15 @@ def check_conversation_request(data: Any) -> ConversationSpec:
         script=script,
         agents=agents,
     )
+
+
+def _check_labels(name: Any, tags: Any, bad: Any) -> tuple[str, list[str]]:
+    """The run's name and tags (`runtime.facts`' rule, as for `chat(name=…, tags=…)`)."""
+    if name is not None and not isinstance(name, str):
+        bad("name", "must be a string or null")
+    for problem in bad_tags(tags) if tags is not None else []:
+        bad("tags", problem)
+    return clean_name(name), clean_tags(tags)[:TAGS_MAX] if tags is not None else []
 
 
 def _check_provider(provider: Any, model: Any, bad: Any) -> tuple[str, str, Scenario | None]:
