@@ -33,7 +33,9 @@ if not SECRET_KEY and _SECRET_KEY_FILE.is_file():
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "SECRET_KEY is not set and DEBUG is off. Set SECRET_KEY to a long random string "
+            f"SECRET_KEY is not set, DEBUG is off and there is no key file at {_SECRET_KEY_FILE}. On the "
+            "embedded installation, set ARCANA_DATA_DIR to the folder scripts/run used (it writes the "
+            "key there on its first start). Otherwise set SECRET_KEY to a long random string "
             "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(50))'`), "
             "or set DEBUG=True for local development."
         )
@@ -317,6 +319,8 @@ SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", default=False)
 if envbool("ARCANA_BEHIND_TLS_PROXY", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
+# A refused CSRF check is one of our error pages (arcana_site/errors.py), not Django's bare one.
+CSRF_FAILURE_VIEW = "arcana_site.errors.csrf_failure"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # Logs on stderr with time, level and logger: plain lines, or one JSON object a line for collectors.
@@ -328,7 +332,10 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "arcana_site.logs.JsonFormatter"},
     },
+    "filters": {"quiet_forbidden": {"()": "arcana_site.errors.QuietForbidden"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # An ordinary 403 is one warning line, without Django's traceback (arcana_site/errors.py).
+    "loggers": {"django.request": {"filters": ["quiet_forbidden"]}},
     "root": {
         "handlers": ["console"],
         "level": envchoice(

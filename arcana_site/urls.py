@@ -22,3 +22,9 @@ urlpatterns = [
     path("", include((team_urlpatterns, "teams"))),
     path("", include("traces.urls")),
 ]
+
+# Our error pages, in the site's layout (arcana_site/errors.py); the CSRF failure view is a setting.
+handler400 = "arcana_site.errors.bad_request"
+handler403 = "arcana_site.errors.permission_denied"
+handler404 = "arcana_site.errors.page_not_found"
+handler500 = "arcana_site.errors.server_error"

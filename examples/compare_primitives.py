@@ -1,4 +1,4 @@
-"""Play the offline `pin-recall-demo` script twice — cognitive primitives on, then off — into ./traces,
+"""Play the offline `pin-recall-demo` script twice — cognitive primitives on, then off — into ./arcana-traces,
 and print the two run ids for `arcana trace diff` (scripted provider: no key, no network).
 
     $ .venv/bin/python examples/compare_primitives.py
@@ -38,4 +38,4 @@ async def main(trace_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "./traces"))
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "./arcana-traces"))

@@ -1,6 +1,6 @@
 """Play Arcana Console's scripted demo conversation and write its traces.
 
-    python examples/demo_conversation.py ./traces
+    python examples/demo_conversation.py ./arcana-traces
 
 Everything lives in `runtime.demo` (so the Celery worker can import it): a chat that pins its
 constraints, calls a tool, gets its history compressed in a 2,400-token window, recalls turn 1 and

@@ -35,7 +35,7 @@ rt = Runtime(
     config=RuntimeConfig(
         context_window=2000,
         response_reserve=200,
-        trace_dir="./traces",
+        trace_dir="./arcana-traces",
         cognitive_primitives=["recall", "pin"],
         context_strategy=ContextStrategy(keep_recent=2),
     ),

@@ -14,7 +14,9 @@ model = ScriptedProvider(
         "Lisbon is 19C and clear.",
     ]
 )
-rt = Runtime(providers={"scripted": model}, config=RuntimeConfig(trace_dir="./traces"), tools=[get_weather])
+rt = Runtime(
+    providers={"scripted": model}, config=RuntimeConfig(trace_dir="./arcana-traces"), tools=[get_weather]
+)
 
 
 async def main():

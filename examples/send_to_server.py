@@ -26,7 +26,7 @@ rt = Runtime(
     config=RuntimeConfig(cognitive_primitives=["recall", "pin"]),
     # Both sinks get every event: the server as the conversation runs, a JSONL file for `arcana trace`.
     trace_sinks=[
-        JsonlFileSink("./traces"),
+        JsonlFileSink("./arcana-traces"),
         HttpBatchSink(f"{server}/api/v1/ingest", api_key=os.environ["ARCANA_API_KEY"], max_interval_s=0.5),
     ],
 )

@@ -1,6 +1,6 @@
 """`RuntimeConfig`: every knob of a `Runtime`, validated at construction.
 
-    >>> RuntimeConfig()                                              # 128k window, traces in ./traces
+    >>> RuntimeConfig()                                              # 128k window, traces in ./arcana-traces
     >>> RuntimeConfig(context_window=8000, trace_dir=None)           # small window, no trace files
     >>> RuntimeConfig(cognitive_primitives=["recall", "pin"], pin_budget_fraction=0.25)
 
@@ -78,7 +78,7 @@ class RuntimeConfig:
     * `context_window` — tokens the model accepts (prompt + answer). Default 128,000.
     * `response_reserve` — tokens kept free for the answer. Default `min(4096, context_window // 4)`.
     * `context_strategy` — the builder's `ContextStrategy` (thresholds, tail size, ...).
-    * `trace_dir` — where `JsonlFileSink` writes `<trace_dir>/<run_id>.jsonl`. Default "./traces";
+    * `trace_dir` — where `JsonlFileSink` writes `<trace_dir>/<run_id>.jsonl`. Default "./arcana-traces";
       `None` writes no files.
     * `trace` — write traces at all. Default `None` means: `True` when `trace_dir` is set, else
       `False` (see `trace_enabled`). Sinks passed to `Runtime(trace_sinks=...)` replace the file sink
@@ -102,7 +102,7 @@ class RuntimeConfig:
     context_window: int = 128_000
     response_reserve: int | None = None
     context_strategy: ContextStrategy = field(default_factory=ContextStrategy)
-    trace_dir: str | None = "./traces"
+    trace_dir: str | None = "./arcana-traces"
     trace: bool | None = None
     trace_include_prompt_snapshots: bool = False
     max_steps_per_turn: int = 10

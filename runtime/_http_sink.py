@@ -38,7 +38,7 @@ logger = logging.getLogger("runtime.http_sink")
 __all__ = ["HttpBatchSink"]
 
 #: Where spilled events go when no `spill_path` is given (relative to the working directory).
-DEFAULT_SPILL_DIR = Path("traces") / "_spill"
+DEFAULT_SPILL_DIR = Path("arcana-traces") / "_spill"
 
 # Bytes the batch envelope adds around the events: {"events":[ ... ]}
 _ENVELOPE_BYTES = len(b'{"events":[]}')
@@ -67,7 +67,7 @@ class HttpBatchSink:
     halves. Any other status (400, 401, 403, ...) is not retried.
 
     Spill: a batch that could not be delivered is appended to a JSONL file so nothing is lost:
-    `spill_path` if given, else `./traces/_spill/<run_id>.jsonl` (one file per run; `<YYYY-MM-DD>.jsonl`
+    `spill_path` if given, else `./arcana-traces/_spill/<run_id>.jsonl` (one file per run; `<YYYY-MM-DD>.jsonl`
     for run ids that are not safe file names). After a batch is spilled the server is taken as down
     and later batches get a single attempt each (no backoff) until one gets through, so `close()` with
     the server gone takes one retry cycle, not one per batch.

@@ -4,7 +4,7 @@
 `TraceEvent.from_json`, the one parser of the product; a bad line becomes a `LineError` and is skipped,
 never an exception.
 
-    >>> reader = TraceReader("./traces")              # a directory (searched recursively) or one file
+    >>> reader = TraceReader("./arcana-traces")              # a directory (searched recursively) or one file
     >>> [r.run_id for r in reader.runs()]             # newest first by first event time
     >>> reader.normalized(run_id)[0].turn             # 1-based, for both producers
     >>> reader.active_pins_at(run_id, turn=4)         # pins in effect at turn 4, as of turn 4

@@ -1,8 +1,8 @@
 """Where trace events go: sinks, and the `TraceWriter` that stamps our metadata on every event.
 
-    >>> JsonlFileSink("./traces")                     # <trace_dir>/<run_id>.jsonl, one file per run
+    >>> JsonlFileSink("./arcana-traces")                     # <trace_dir>/<run_id>.jsonl, one file per run
     >>> CallableSink(lambda event: events.append(event))   # in-process: fn(dict) per event
-    >>> MultiSink(JsonlFileSink("./traces"), CallableSink(ingest_one))
+    >>> MultiSink(JsonlFileSink("./arcana-traces"), CallableSink(ingest_one))
     >>> Runtime(..., trace_sinks=[CallableSink(fn)])  # replaces the default file sink
 
 A sink is anything with `write(event: TraceEvent) -> None` and `close() -> None` (`flush()` is
@@ -289,6 +289,9 @@ class TraceWriter:
         self.deterministic_ids = deterministic_ids
         self._seq: dict[tuple[int, int], int] = {}
         self._iterations: dict[tuple[int, int], int] = {}
+        #: The run's name and tags (`metadata.run_name` / `run_tags`), stamped on every `turn` event when
+        #: set (`Runtime.chat(name=…, tags=…)`); shared with the writers of a pool's agents.
+        self.labels: dict[str, Any] = {}
 
     def iteration_of(self, turn: int, step: int) -> int:
         """The run-wide 0-based LLM iteration of this agent's step (`turn`, `step`), assigned when the
@@ -321,7 +324,11 @@ class TraceWriter:
             source_agent=name,
             deterministic_ids=self.deterministic_ids,
             _budgets=self.budgets,
-        )
+        )._sharing_labels(self.labels)
+
+    def _sharing_labels(self, labels: dict[str, Any]) -> TraceWriter:
+        self.labels = labels
+        return self
 
     def emit(
         self,
@@ -364,6 +371,8 @@ class TraceWriter:
                 md["turn"] = iteration
             elif event_type == "turn":
                 md["step"] = iteration
+        if event_type == "turn" and self.labels:
+            md.update(self.labels)
         if self.source_agent is not None:
             md["source_agent"] = self.source_agent
         if metadata:

@@ -5,14 +5,14 @@ working-set builder really compresses. It writes ordinary trace files, so the da
 CLI and the Celery worker can all use it:
 
     >>> from runtime.demo import build_demo_runtime, run_demo
-    >>> summary = asyncio.run(run_demo("./traces"))       # two runs: a chat and a pool
+    >>> summary = asyncio.run(run_demo("./arcana-traces"))       # two runs: a chat and a pool
     >>> summary["chat"]["run_id"], summary["pool"]["run_id"]
 
 `build_demo_runtime(trace_dir)` returns the configured `Runtime` (with its scripted providers) if you
 want to drive the turns yourself; `run_demo()` plays the whole script: `CHAT_TURNS` through
 `rt.chat()`, then `POOL_TURNS` through `rt.collaborate()`. `trace_sinks` replaces the file sink (the
 worker passes a `CallableSink` that ingests each event). Also runnable as
-`python -m runtime.demo ./traces`.
+`python -m runtime.demo ./arcana-traces`.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _chat_script() -> list[Any]:
 
 
 def build_demo_runtime(
-    trace_dir: str | Path | None = "./traces",
+    trace_dir: str | Path | None = "./arcana-traces",
     *,
     trace_sinks: Sequence[TraceSink] | None = None,
     prompt_snapshots: bool = True,
@@ -200,7 +200,7 @@ def build_demo_runtime(
 
 
 async def run_demo(
-    trace_dir: str | Path | None = "./traces",
+    trace_dir: str | Path | None = "./arcana-traces",
     *,
     trace_sinks: Sequence[TraceSink] | None = None,
     prompt_snapshots: bool = True,
@@ -257,7 +257,7 @@ def _reply_dict(reply: Any) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    trace_dir = args[0] if args else "./traces"
+    trace_dir = args[0] if args else "./arcana-traces"
     summary = asyncio.run(run_demo(trace_dir))
     print(
         json.dumps(

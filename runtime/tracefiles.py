@@ -1,7 +1,7 @@
 """Finding trace files, decoding their lines and drawing an import's progress: one way for
 `arcana trace upload`, the reader and `manage.py import_traces` / ingestion (and `setup_demo`).
 
-    >>> trace_files(["./traces", "extra/run.jsonl.gz"])      # folders searched recursively, sorted
+    >>> trace_files(["./arcana-traces", "extra/run.jsonl.gz"])      # folders searched recursively, sorted
     >>> progress_bar(1, 2)
     '[###############...............]  50% 1/2 lines'
 """

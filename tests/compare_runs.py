@@ -18,8 +18,11 @@ def play_demo(
     *,
     turns: int | None = None,
     script: Sequence[str] | None = None,
+    scenario_pin_ids: bool = False,
 ) -> str:
-    """Play `pin-recall-demo` (its first `turns` messages, or `script`) into `trace_dir`; the run id."""
+    """Play `pin-recall-demo` (its first `turns` messages, or `script`) into `trace_dir`; the run id.
+    `scenario_pin_ids`: the pin gets the scenario's fixed id, as a conversation's worker gives it, so the
+    scripted `unpin` of the last turn releases it (else the unpin names an unknown id)."""
     s = get_scenario("pin-recall-demo")
     config = RuntimeConfig(
         context_window=s.context_window,
@@ -34,6 +37,9 @@ def play_demo(
 
     async def go() -> str:
         async with rt.chat(system=s.system) as chat:
+            if scenario_pin_ids:
+                fixed = list(s.pin_ids)
+                chat.cognitive.id_factory = lambda: fixed.pop(0) if fixed else "p_extra"
             reply = None
             for m in messages:
                 reply = await chat.send(m)

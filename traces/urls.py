@@ -23,6 +23,7 @@ urlpatterns = [
     path("", views.runs, name="runs"),
     path("projects/<id:project_id>/runs/<run_id:run_id>", views.run, name="run"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/live", views.run_live, name="run_live"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/labels", views.run_labels, name="run_labels"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/fidelity", views.run_fidelity, name="run_fidelity"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>", views.turn, name="turn"),
     path(

@@ -8,11 +8,11 @@ Exit status: 0 when all went well; 1 when the data was at fault (no such run, un
 malformed lines — reported with their line numbers and skipped —, an upload rejected or failed);
 2 for a usage error (bad option, `replay` without `--turn`, a turn the run does not have).
 
-    $ arcana trace list --dir ./traces
+    $ arcana trace list --dir ./arcana-traces
     $ arcana trace show 17a81a75 --cognitive
     $ arcana trace replay 17a81a75 --turn 5
     $ arcana trace diff 17a81a75 8b2685b6 --turn 2
-    $ arcana trace upload ./traces --server http://127.0.0.1:8000 --api-key arc_...
+    $ arcana trace upload ./arcana-traces --server http://127.0.0.1:8000 --api-key arc_...
 
 Modules: `formatting` (wording shared by the commands), `command` (one invocation's state and
 its errors), `browse` (list, show, flow), `replay` (replay, explain), `diff` (two runs, compared by

@@ -34,7 +34,7 @@ class Command:
         self.out = Output(sys.stdout)
         self.err = Output(sys.stderr)
         self.as_json: bool = bool(getattr(args, "json", False))
-        directory = getattr(args, "dir", None) or os.environ.get("ARCANA_TRACE_DIR") or "./traces"
+        directory = getattr(args, "dir", None) or os.environ.get("ARCANA_TRACE_DIR") or "./arcana-traces"
         self.dir = Path(directory)
         self._reader: TraceReader | None = None
 

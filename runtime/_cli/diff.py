@@ -176,7 +176,7 @@ def _print_text(c: Command, cmp: Comparison, pair: TurnPair | None) -> None:
     c.out.line()
     d = cmp.divergence
     if d is None:
-        c.out.line("The working sets never diverge in the turns both runs have.")
+        c.out.line(cmp.no_divergence_text())
     else:
         c.out.line(f"First divergence: turn {d.a_turn} (A) / turn {d.b_turn} (B), step {d.step}: {d.reason}")
     if pair is not None:

@@ -18,7 +18,9 @@ from .upload import cmd_upload
 def build_parser() -> argparse.ArgumentParser:
     """The `arcana` argument parser (exposed for tests and docs)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--dir", help="trace directory or file (default: $ARCANA_TRACE_DIR or ./traces)")
+    common.add_argument(
+        "--dir", help="trace directory or file (default: $ARCANA_TRACE_DIR or ./arcana-traces)"
+    )
     common.add_argument("--agent", help="only this pool agent")
     common.add_argument("--json", action="store_true", help="machine-readable JSON output")
 

@@ -1,7 +1,7 @@
 """`Runtime`, `ChatSession`, `AgentPool` and `Reply`: the conversation loop.
 
     >>> rt = Runtime(providers={"scripted": ScriptedProvider(["Hello!"])},
-    ...              config=RuntimeConfig(trace_dir="./traces"), tools=[get_weather])
+    ...              config=RuntimeConfig(trace_dir="./arcana-traces"), tools=[get_weather])
     >>> async with rt.chat(system="You are terse.") as chat:          # one run, one trace file
     ...     reply = await chat.send("hi")                               # turn 1
     ...     state = chat.export_state()                                 # JSON-safe

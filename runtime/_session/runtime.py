@@ -74,16 +74,23 @@ class Runtime:
         cognitive_primitives: Sequence[str] | None = None,
         tools: Sequence[Any] | None = None,
         run_id: str | None = None,
+        name: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> ChatSession:
         """A new chat session (one run), or the session `state` was exported from, resumed.
+
+        `name` and `tags` label the run: written on its `turn` events (`metadata.run_name`,
+        `metadata.run_tags`, docs/trace-format.md), they name and tag it on the server. A tag is 1–50
+        letters, digits or `- _ . : / @ +`; a bad one is a `ConfigError` (`runtime.facts.bad_tags`).
 
         Use as `async with rt.chat(...) as chat:`. `cognitive_primitives=None` uses the config's list;
         `tools=None` the runtime's tools. With `state`, the state's system prompt, provider, model and
         primitives are used unless given here (a different `system` is refused). `run_id` names a new
         session's run (default: a fresh uuid4), e.g. when a server recorded it before the run began."""
         tool_map = self.tools if tools is None else build_tools(tools)
+        labels = _labels(name, tags)
         if state is not None:
-            return self._resume(
+            session = self._resume(
                 decode_session(state),
                 system=system,
                 provider=provider,
@@ -91,6 +98,8 @@ class Runtime:
                 cognitive_primitives=cognitive_primitives,
                 tools=tool_map,
             )
+            session.writer.labels.update(labels)
+            return session
         primitives = (
             self.config.cognitive_primitives
             if cognitive_primitives is None
@@ -98,6 +107,8 @@ class Runtime:
         )
         check_tool_names(tool_map, primitives, "chat()")
         run_id = check_run_id(run_id)
+        writer = self._writer(run_id)
+        writer.labels.update(labels)
         return ChatSession(
             self,
             system=DEFAULT_SYSTEM_PROMPT if system is None else system,
@@ -105,7 +116,7 @@ class Runtime:
             model=model,
             tools=tool_map,
             primitives=primitives,
-            writer=self._writer(run_id),
+            writer=writer,
         )
 
     def collaborate(
@@ -211,3 +222,18 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _labels(name: str | None, tags: Sequence[str] | None) -> dict[str, Any]:
+    """The `turn` events' `run_name` / `run_tags` for `chat(name=…, tags=…)` (nothing when unset)."""
+    from ..facts import bad_tags, clean_name, clean_tags
+
+    labels: dict[str, Any] = {}
+    if name is not None:
+        labels["run_name"] = clean_name(name)
+    if tags is not None:
+        problems = bad_tags(list(tags))
+        if problems:
+            raise ConfigError("; ".join(problems))
+        labels["run_tags"] = clean_tags(list(tags))
+    return labels

@@ -30,7 +30,12 @@ Rules (each stated once, here):
   has is not a divergence of working sets (the runs have different lengths; `only_in` says so).
 * **Summary**: compressions by level count each time a message went down to L1, L2 or L3 from one step
   to the next (drops into `dropped`, summaries into `summarized`); pins made are successful `pin`
-  calls, rejected ones failed `pin` calls; recalls are found or not found.
+  calls, rejected ones failed `pin` calls; recalls are found or not found; pins active at the end are
+  those still in effect once the last turn is over (`runtime.facts.pin_active_after`: a pin unpinned
+  in the last turn is not). A row differs when its values do (`summary_differs`), durations only by
+  at least 1 s and 10 % (wall-clock noise is no difference).
+* **No divergence** says which of two things happened (`Comparison.no_divergence_text`): the working
+  sets agree in every aligned pair, or no turn was aligned at all and nothing was compared.
 
 Modules: `data` (the plain data a comparison reads, levels, pin keys), `diff` (alignment, divergence,
 working-set diff, summary: `compare`), `events` (`run_data_from_events`, from trace files). Import the
@@ -41,7 +46,16 @@ from __future__ import annotations
 
 from .._public import publish as _publish
 from .data import ABSENT, LEVELS, MAX_INDEX, PinData, RunData, StepData, TurnData, level_of, pin_key
-from .diff import Comparison, Divergence, MessageDiff, StepDiff, TurnPair, WorkingSetDiff, compare
+from .diff import (
+    Comparison,
+    Divergence,
+    MessageDiff,
+    StepDiff,
+    TurnPair,
+    WorkingSetDiff,
+    compare,
+    summary_differs,
+)
 from .events import run_data_from_events
 
 __all__ = [
@@ -62,6 +76,7 @@ __all__ = [
     "level_of",
     "pin_key",
     "run_data_from_events",
+    "summary_differs",
 ]
 
 # Reprs, tracebacks and pickles name this module, not the private one (runtime/_public.py).

@@ -70,6 +70,13 @@ class PinData:
 
         return pin_active_at(self.created_turn, self.until_turn, self.unpinned_turn, turn)
 
+    def is_active_after(self, turn: int) -> bool:
+        """Still in effect once `turn` is over (`runtime.facts.pin_active_after`): a pin unpinned in that
+        turn is not."""
+        from ..facts import pin_active_after
+
+        return pin_active_after(self.created_turn, self.until_turn, self.unpinned_turn, turn)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "pin_id": self.pin_id,
@@ -214,7 +221,7 @@ class RunData:
 
     def pins_active_at_end(self) -> list[PinData]:
         last = max((t.number for t in self.turns), default=0)
-        return [p for p in self.pins if p.is_active_at(last)]
+        return [p for p in self.pins if p.is_active_after(last)]
 
     def level_changes(self) -> dict[str, int]:
         """How many times a message went down to each level from one step to the next (see the module

@@ -266,6 +266,27 @@ class Comparison:
                 rows.append((key, label, sa[key], sb[key]))
         return rows
 
+    @property
+    def compared_pairs(self) -> int:
+        """How many aligned pairs have a turn of both runs (only those have working sets to compare)."""
+        return sum(1 for p in self.pairs if p.a is not None and p.b is not None)
+
+    def no_divergence_text(self) -> str:
+        """What to say when `divergence` is None: that the working sets agree in the turns both runs
+        have, or (no turn of one lines up with a turn of the other) that nothing could be compared."""
+        lengths = f" (A has {len(self.a.turns)} turns, B {len(self.b.turns)})"
+        if not self.compared_pairs:
+            how = "user message" if self.aligned_by == "message" else "turn number"
+            return (
+                f"No turn of A lines up with a turn of B by {how}{lengths}, so no working sets were compared."
+            )
+        same_length = len(self.a.turns) == len(self.b.turns)
+        return (
+            "The working sets never diverge in the turns both runs have"
+            + ("" if same_length else lengths)
+            + "."
+        )
+
     def to_dict(self, *, turn: int | None = None) -> dict[str, Any]:
         """The comparison as JSON: summaries, aligned turns, divergence, and the working-set diff of
         the pair holding A's turn `turn` (default: the divergence's pair; none when they never diverge)."""
@@ -312,6 +333,22 @@ SUMMARY_LABELS: tuple[tuple[str, str], ...] = (
     ("duration_seconds", "Duration (s)"),
     ("final_answer", "Final answer"),
 )
+
+
+#: Durations closer than this (seconds) are the same: wall-clock noise (scheduling, a slower disk), not
+#: a difference between the runs.
+DURATION_TOLERANCE_SECONDS = 1.0
+#: … and closer than this fraction of the longer duration.
+DURATION_TOLERANCE_FRACTION = 0.1
+
+
+def summary_differs(key: str, a: Any, b: Any) -> bool:
+    """Whether a summary row's two values differ enough to flag: exact for counts and text; durations
+    only by at least `DURATION_TOLERANCE_SECONDS` and `DURATION_TOLERANCE_FRACTION` of the longer."""
+    if key == "duration_seconds" and isinstance(a, int | float) and isinstance(b, int | float):
+        gap = abs(a - b)
+        return gap >= DURATION_TOLERANCE_SECONDS and gap >= DURATION_TOLERANCE_FRACTION * max(a, b)
+    return bool(a != b)
 
 
 def _align(

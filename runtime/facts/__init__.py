@@ -17,13 +17,14 @@ Where each fact lives:
 | turn / step / agent of an event; steps and turns | `normalize_events`, `our_position`, `build_steps`, `NormalizedEvent`, `StepView`, `TurnView`, `producer_of` | `_events` |
 | a step's model | `step_model` | `_events` |
 | bundles and delegation | `run_links`, `RunLinks` | `_events` |
-| pin lifetimes; the active rule; Arcana's rendered rule and its one wording | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `active_pins`, `arcana_renders_pin`, `rendered_pins`, `lingering_pins`, `ARCANA_PIN_RENDERING` | `_pins` |
+| a run's name and tags (`metadata.run_name` / `run_tags`) and their one rule | `run_labels`, `RunLabels`, `clean_name`, `clean_tags`, `bad_tags`, `NAME_MAX`, `TAGS_MAX`, `TAG_RE` | `_labels` |
+| pin lifetimes; the active rule (during a turn, after it); Arcana's rendered rule and its one wording | `pin_lifetimes`, `PinLifetime`, `pin_active_at`, `pin_active_after`, `active_pins`, `arcana_renders_pin`, `rendered_pins`, `lingering_pins`, `ARCANA_PIN_RENDERING` | `_pins` |
 | where a pinned block was and which pin it is | `pinned_blocks`, `PinnedBlock`, `is_pinned_row` | `_pins` |
 | primitive outcomes and their one wording | `primitive_outcome`, `event_primitive_outcome`, `PrimitiveOutcome` | `_outcomes` |
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
 | decision counts | `decision_counts`, `DecisionCounts` | `_outcomes` |
 | reading a field tolerantly (wrong type = missing) | `as_dict`, `as_list`, `as_str`, `as_int`, `as_number` | `_values` |
-| errors; failed steps, sends and runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome` | `_failures` |
+| errors; failed steps, sends and runs; cancelled runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome`, `CANCELLED_STOP` | `_failures` |
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ._events import (
     step_model,
 )
 from ._failures import (
+    CANCELLED_STOP,
     NO_ANSWER,
     STEP_EVENT_TYPES,
     SendOutcome,
@@ -54,6 +56,7 @@ from ._failures import (
     step_failure,
     turn_outcome,
 )
+from ._labels import NAME_MAX, TAG_RE, TAGS_MAX, RunLabels, bad_tags, clean_name, clean_tags, run_labels
 from ._outcomes import (
     UNRECORDED_CALL,
     DecisionCounts,
@@ -77,6 +80,7 @@ from ._pins import (
     decision_rows,
     is_pinned_row,
     lingering_pins,
+    pin_active_after,
     pin_active_at,
     pin_lifetimes,
     pinned_blocks,
@@ -87,6 +91,15 @@ from ._values import as_dict, as_int, as_list, as_number, as_str
 __all__ = [
     "ARCANA_PIN_RENDERING",
     "ARCANA_PRODUCER",
+    "NAME_MAX",
+    "TAGS_MAX",
+    "TAG_RE",
+    "RunLabels",
+    "bad_tags",
+    "clean_name",
+    "clean_tags",
+    "run_labels",
+    "CANCELLED_STOP",
     "NO_ANSWER",
     "STEP_EVENT_TYPES",
     "UNRECORDED_CALL",
@@ -118,6 +131,7 @@ __all__ = [
     "lingering_pins",
     "normalize_events",
     "our_position",
+    "pin_active_after",
     "pin_active_at",
     "pin_lifetimes",
     "pinned_blocks",

@@ -11,6 +11,9 @@ the read API and the pages:
   error, its §1.1 / §7.14).
 * **a failed send**: its last step ended it in failure — an `error` event with `stop_reason "error"`
   (ours), an Arcana step with no answer, or an assessment saying `failed`.
+* **a cancelled run**: its last event carries `stop_reason "user_cancelled"` (`CANCELLED_STOP`): the
+  runtime's `state_change` when a session was stopped after a step, or the one a server writes when it
+  cancels a conversation between turns. Not `completed`, although its last answer may be final.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ NO_ANSWER = (
     "(arcana-agent 1.2 writes no error event when the provider call fails)"
 )
 
+
+#: The `stop_reason` of an event that ends a run because someone cancelled it.
+CANCELLED_STOP = "user_cancelled"
 
 _dict = as_dict
 
@@ -109,8 +115,9 @@ def step_failure(sv: StepView) -> str | None:
 class SendOutcome:
     """How a send (a turn, or a whole run) ended: `status` is "completed", "failed", "continued" (a turn
     whose last answer asked for tools: an arcana-agent 1.2 iteration, the send went on in the next
-    turn) or "running" (no final answer yet: a live run, or a trace that stops mid-send); `reason` says
-    why it failed; `errors` counts the `StepError`s."""
+    turn), "running" (no final answer yet: a live run, or a trace that stops mid-send) or, for a run,
+    "cancelled" (`CANCELLED_STOP`); `reason` says why it failed or was cancelled; `errors` counts the
+    `StepError`s."""
 
     status: str
     reason: str | None = None
@@ -142,8 +149,11 @@ STEP_EVENT_TYPES = frozenset(
 
 
 def status_from_last(last: TraceEvent, last_turn: TraceEvent | None) -> str:
-    """A run's status from its last event and its last `turn` event, when no step failed: "completed"
-    when that answer is final or the last event carries a `stop_reason`, else "running"."""
+    """A run's status from its last event and its last `turn` event, when no step failed: "cancelled"
+    when the last event says so (`CANCELLED_STOP`), "completed" when that answer is final or the last
+    event carries another `stop_reason`, else "running"."""
+    if last.stop_reason == CANCELLED_STOP:
+        return "cancelled"
     if _answer_status(last_turn) == "failed":
         return "failed"
     if _answer_status(last_turn) == "completed" or last.stop_reason:
@@ -189,10 +199,11 @@ def run_outcome(turns: Iterable[TurnView], events: Iterable[TraceEvent]) -> Send
     """How the run ended, from its last step (by time) and its events:
 
     1. an `error` event with `stop_reason "error"` anywhere → failed with its message;
-    2. the last step failed (`step_failure`) → failed with that reason;
-    3. the last step's answer is final → completed; the last event has a `stop_reason` → completed;
-    4. no event of `STEP_EVENT_TYPES` at all (an Arcana session file: `history_seeded` only) → completed;
-    5. otherwise → running.
+    2. the last event has `stop_reason "user_cancelled"` → cancelled, its `stop_detail` as the reason;
+    3. the last step failed (`step_failure`) → failed with that reason;
+    4. the last step's answer is final → completed; the last event has a `stop_reason` → completed;
+    5. no event of `STEP_EVENT_TYPES` at all (an Arcana session file: `history_seeded` only) → completed;
+    6. otherwise → running.
     `errors` counts every `StepError` of the run plus `error` events outside any step."""
     turn_list = list(turns)
     evs = sorted(events, key=_time_order)
@@ -203,6 +214,8 @@ def run_outcome(turns: Iterable[TurnView], events: Iterable[TraceEvent]) -> Send
     stop = next((e for e in evs if e.event_type == "error" and e.stop_reason == "error"), None)
     if stop is not None:
         return SendOutcome("failed", error_message(stop), errors)
+    if evs and evs[-1].stop_reason == CANCELLED_STOP:
+        return SendOutcome("cancelled", evs[-1].stop_detail or "cancelled", errors)
     if not steps:
         done = bool(evs) and not any(e.event_type in STEP_EVENT_TYPES for e in evs)
         return SendOutcome("completed" if done else "running", None, errors)

@@ -4,6 +4,10 @@ Two rules, each stated once here:
 
 * **active** (DESIGN.md §1, `pin_active_at`): a pin is active at turn t when created ≤ t, not unpinned
   before t, and `until_turn` is null or ≥ t. Pages, the read API, the CLI and `Pin.is_active_at` use it.
+* **still active at the end** (`pin_active_after`): a pin is still in effect once turn t is over when
+  created ≤ t, never unpinned up to t (an unpin in turn t released it, although the pin was active
+  *during* that turn), and `until_turn` null or ≥ t. Compare's "pins active at the end" asks it of the
+  last turn (the compare page, its API and `arcana trace diff` alike).
 * **rendered by arcana-agent 1.2** (its §3.5, `arcana_renders_pin`): Arcana's builder renders, for the
   LLM call of turn t (its 0-based iteration t − 1), the pins created in an earlier iteration
   (created < t), not unpinned before t, with `until_turn` null or ≥ t − 1 (it compares the 1-based
@@ -48,6 +52,14 @@ def pin_active_at(created_turn: int, until_turn: int | None, unpinned_turn: int 
         created_turn <= turn
         and (unpinned_turn is None or unpinned_turn >= turn)
         and (until_turn is None or turn <= until_turn)
+    )
+
+
+def pin_active_after(created_turn: int, until_turn: int | None, unpinned_turn: int | None, turn: int) -> bool:
+    """Whether a pin is still in effect once turn `turn` is over: active at it (`pin_active_at`) and not
+    unpinned in it. "Pins active at the end" of a run is this rule at its last turn."""
+    return pin_active_at(created_turn, until_turn, unpinned_turn, turn) and (
+        unpinned_turn is None or unpinned_turn > turn
     )
 
 

@@ -107,6 +107,7 @@
   function send(file) {
     var item = tpl.content.firstElementChild.cloneNode(true);
     el(item, "progress-item__name").textContent = file.name;
+    el(item, "progress").setAttribute("aria-label", "Progress of " + file.name);
     list.prepend(item);
     setStatus(item, "uploading", "accent");
     // The file goes as the raw request body (project and name in the query string): the API reads

@@ -24,7 +24,14 @@ from django.utils import timezone
 
 from tests.browser.conftest import LAPTOP, PHONE, login
 from tests.traces.runtime_trace import write_runtime_trace
-from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_samples
+from tests.traces.views_helpers import (
+    OUR_RUN,
+    PIN_RUN,
+    POOL_RUN,
+    ingest_file,
+    ingest_live_run,
+    ingest_samples,
+)
 from traces.collab import sharing
 from traces.compare.service import compare_url
 from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
@@ -38,6 +45,7 @@ WCAG_A_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 # URL names that are not pages (fragments a page polls, form targets, redirects, the API, admin).
 NOT_PAGES = {
     "traces:run_live",
+    "traces:run_labels",
     "traces:run_fidelity",
     "traces:turn_live",
     "traces:legacy_run",
@@ -122,6 +130,26 @@ class Site:
             transcript=[{"role": "user", "content": "Weather in Lisbon?"},
                         {"role": "assistant", "content": "Lisbon is 19C and clear."}],
         )  # fmt: skip
+        # Live states: a run still receiving events, conversations in each state (one not started yet, so
+        # its run page waits for the first event and compare waits for it), and a cancelled run.
+        ingest_live_run(project, "live-run", turns=2)
+        self.live_run = Run.objects.get(run_id="live-run")
+        self.states = {
+            status: Conversation.objects.create(
+                project=project,
+                run_id=f"conv-{status}",
+                mode="script",
+                provider="scripted",
+                model="pin-recall-demo",
+                status=status,
+                cursor=0,
+                script=[{"agent": None, "content": "Hi"}],
+                reason="cancelled by a user"
+                if status == "cancelled"
+                else ("boom" if status == "failed" else ""),
+            )  # fmt: skip
+            for status in ("queued", "running", "completed", "failed", "cancelled")
+        }
         _l, self.token = sharing.do_create_share_link(self.pin_run, alice)
         _l, self.hidden_token = sharing.do_create_share_link(
             self.pin_run, alice, hide_content=True, expires_at=timezone.now() + timedelta(days=1)
@@ -135,8 +163,16 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
         s.pin_run.get_absolute_url(),
         s.our_run.get_absolute_url(),
         s.pool_run.get_absolute_url() + "?agent=critic",
+        s.live_run.get_absolute_url(),  # live: polling its fragment
+        s.states["queued"].get_absolute_url(),  # before its first event: "Waiting for the first event…"
+        s.states["cancelled"].get_absolute_url(),  # ended before any event
     ],
-    "traces:turn": lambda s: [s.pin_run.turn_url(4), s.pin_run.turn_url(7), s.our_run.turn_url(2)],
+    "traces:turn": lambda s: [
+        s.pin_run.turn_url(4),
+        s.pin_run.turn_url(7),
+        s.our_run.turn_url(2),
+        s.live_run.turn_url(2),
+    ],
     "traces:uploads": lambda s: ["/uploads"],
     "traces:notes": lambda s: ["/notes", "/notes?label=bug&resolved=0"],
     "traces:shared_run": lambda s: [sharing.share_url(s.token), sharing.share_url(s.hidden_token)],
@@ -152,11 +188,15 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
     "teams:audit": lambda s: [f"/teams/{s.team.pk}/audit"],
     "teams:invite": lambda s: [f"/invite/{s.invite_token}"],
     "traces:conversation_new": lambda s: ["/conversations/new"],
-    "traces:conversation": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}"],
+    "traces:conversation": lambda s: [
+        f"/projects/{s.project.pk}/conversations/{c.pk}" for c in (s.conversation, *s.states.values())
+    ],
     "traces:compare": lambda s: [
         compare_url(s.pin_run, s.our_run),
         compare_url(s.our_run, s.pool_run),
         "/compare?run=" + f"{s.project.pk}:{s.our_run.run_id}",  # one run picked: the "pick two" page
+        "/compare",  # no run: how to compare
+        compare_url(s.our_run, f"{s.project.pk}:{s.states['running'].run_id}"),  # waiting for a run
     ],
     "traces:run_again": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}/again"],
 }
@@ -206,6 +246,42 @@ def test_every_page_passes_axe_wcag_a_aa(
         for path in paths(site):
             problems += _check(page, live_server.url + path)
             checked += 1
+    problems += _check_states(browser, live_server, member, site, viewport)
     anonymous_context.close()
     assert checked >= 15
     assert not problems, "\n".join(problems)
+
+
+def _check_states(
+    browser: Any, live_server: Any, member: Any, site: Site, viewport: dict[str, int]
+) -> list[str]:
+    """States a plain visit never shows: a flash message after an action, files uploading with their
+    progress bars, and the error pages (404, and a viewer's 403 with its reason)."""
+    problems: list[str] = []
+    # A flash message: the run page after saving its name and tags.
+    member.goto(live_server.url + site.pin_run.get_absolute_url())
+    member.locator("summary", has_text="Edit name and tags").click()
+    member.fill("#run-name", "Experiment 7")
+    member.fill("#run-tags", "exp-7 customer:acme")
+    with member.expect_navigation():
+        member.locator(".run-labels__form button[type=submit]").first.click()
+    assert member.locator(".flash__item").count() == 1
+    problems += [f"flash message: {v}" for v in axe_violations(member)]
+    # Uploading: a progress bar per file (the page polls the upload while a worker would take it).
+    member.goto(live_server.url + "/uploads")
+    member.set_input_files("#upload-files", files=[
+        {"name": "one.jsonl", "mimeType": "application/x-ndjson", "buffer": b'{"not": "an event"}\n'},
+        {"name": "two.jsonl", "mimeType": "application/x-ndjson", "buffer": b"{}\n"},
+    ])  # fmt: skip
+    member.locator(".progress-item").nth(1).wait_for()
+    problems += [f"uploads in progress: {v}" for v in axe_violations(member)]
+    # The error pages, in the site's layout.
+    member.goto(live_server.url + "/no/such/page")
+    problems += [f"404 page: {v}" for v in axe_violations(member)]
+    viewer = login(browser, live_server, "bob", viewport)
+    viewer.context.add_init_script(path=str(AXE))
+    viewer.goto(live_server.url + "/conversations/new")
+    assert "Not allowed" in viewer.content()
+    problems += [f"403 page: {v}" for v in axe_violations(viewer)]
+    viewer.context.close()
+    return problems

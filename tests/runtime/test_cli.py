@@ -397,15 +397,17 @@ def test_it_prints_times_in_utc_whatever_offset_the_file_uses(
     assert json.loads(out)[1]["started"] == "2026-11-30T06:27:57.120971+00:00"
 
 
-def test_it_reads_dot_traces_by_default(
+def test_it_reads_dot_arcana_traces_by_default(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "traces").mkdir()
+    """The runtime's default trace folder, not `./traces` (in a checkout, the Django app's package)."""
+    (tmp_path / "arcana-traces").mkdir()
     name = "08b465c7-83c0-44d1-bad3-727f773cb988.jsonl"
-    (tmp_path / "traces" / name).write_bytes((ROOT / BASIC / name).read_bytes())
+    (tmp_path / "arcana-traces" / name).write_bytes((ROOT / BASIC / name).read_bytes())
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARCANA_TRACE_DIR", raising=False)
     code, out, err = run(capsys, "list")
-    assert (code, err) == (0, "") and out.startswith("Runs in traces (1), newest first")
+    assert (code, err) == (0, "") and out.startswith("Runs in arcana-traces (1), newest first")
 
 
 def test_it_runs_as_python_dash_m(tmp_path: Path) -> None:

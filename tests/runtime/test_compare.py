@@ -23,6 +23,7 @@ from runtime.compare import (
     level_of,
     pin_key,
     run_data_from_events,
+    summary_differs,
 )
 from tests.compare_runs import play_demo, trace_file
 
@@ -40,7 +41,8 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     s = __import__("runtime.scenarios", fromlist=["get_scenario"]).get_scenario("pin-recall-demo").script
     # A different script: turn 2's message replaced, so turns are aligned by user message.
     edited = play_demo(d, ["recall", "pin"], script=[s[0], "Something else entirely.", *s[2:]])
-    return {"dir": d, "on": on, "off": off, "short": short, "edited": edited}
+    released = play_demo(d, ["recall", "pin"], scenario_pin_ids=True)  # unpinned in turn 5, its last
+    return {"dir": d, "on": on, "off": off, "short": short, "edited": edited, "released": released}
 
 
 def data(traces: dict[str, object], key: str) -> RunData:
@@ -151,6 +153,24 @@ def test_the_cli_prints_the_summary_turns_and_divergence(
     assert "[PIN] only in A:" in out and "label='constraints'" in out
 
 
+def test_a_pin_released_in_the_last_turn_is_not_active_at_the_end(
+    traces: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo unpins its one pin in turn 5, its last: active during that turn, not after it."""
+    released, short = data(traces, "released"), data(traces, "short")
+    (pin,) = released.pins
+    assert (pin.unpinned_turn, len(released.turns)) == (5, 5)
+    assert pin.is_active_at(5) and not pin.is_active_after(5)
+    assert released.summary()["pins_active_at_end"] == 0
+    assert short.summary()["pins_active_at_end"] == 1  # 3 turns: never unpinned
+    code, out, err = cli(
+        capsys, str(traces["released"])[:8], str(traces["short"])[:8], "--dir", str(traces["dir"])
+    )
+    assert code == 0, err
+    (line,) = [line for line in out.splitlines() if line.startswith("  Pins active at the end")]
+    assert line.split()[-2:] == ["0", "1"]
+
+
 def test_the_cli_json_is_the_comparison(
     traces: dict[str, object], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -205,6 +225,30 @@ def test_the_cli_keeps_hostile_text_inert(
         assert code == 0
         for raw in ("\x1b", "\x07", "\u202e"):
             assert raw not in out
+
+
+def test_a_small_duration_gap_is_no_difference() -> None:
+    """Wall-clock noise (0.1 s) is not flagged; a second and a tenth of the longer run is."""
+    a, b = RunData("a", duration_seconds=0.12), RunData("b", duration_seconds=0.06)
+    rows = {key: (va, vb) for key, _label, va, vb in compare(a, b).summary_rows()}
+    assert not summary_differs("duration_seconds", *rows["duration_seconds"])
+    assert not summary_differs("duration_seconds", 10.0, 10.9)
+    assert summary_differs("duration_seconds", 10.0, 12.0)
+    assert summary_differs("duration_seconds", 1.0, None) and summary_differs("turns", 5, 4)
+
+
+def test_no_aligned_turn_is_not_called_agreement(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs whose scripts share no message align no turn: nothing was compared, and it says so."""
+    step = StepData.from_messages(1, 1, {0: (0, "user", 10)})
+    a = RunData("a", turns=[TurnData(1, user="hello", steps=[step])])
+    b = RunData("b", turns=[TurnData(1, user="something else", steps=[step])])
+    c = compare(a, b)
+    assert c.divergence is None and c.compared_pairs == 0 and c.aligned_by == "message"
+    assert "never diverge" not in c.no_divergence_text()
+    assert c.no_divergence_text().startswith("No turn of A lines up with a turn of B by user message")
+    same = compare(a, RunData("c", turns=[TurnData(1, user="hello", steps=[step])]))
+    assert same.compared_pairs == 1
+    assert same.no_divergence_text() == "The working sets never diverge in the turns both runs have."
 
 
 # --------------------------------------------------------------------------------------------------

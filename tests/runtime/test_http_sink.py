@@ -166,7 +166,7 @@ def test_it_writes_default_spill_files_per_run(tmp_path: Path, monkeypatch: pyte
     sink.write(events(2, run_id="run-b")[0])
     sink.write(events(1, run_id="../../etc/passwd")[0])
     sink.close()
-    spill_dir = tmp_path / "traces" / "_spill"
+    spill_dir = tmp_path / "arcana-traces" / "_spill"
     names = sorted(p.name for p in spill_dir.iterdir())
     # the unsafe run id went to a dated file inside the spill dir
     assert names[1:] == ["run-a.jsonl", "run-b.jsonl"]

@@ -405,7 +405,7 @@ def test_config_defaults() -> None:
     assert (c.context_window, c.response_reserve, c.trace_dir, c.trace_enabled) == (
         128_000,
         4096,
-        "./traces",
+        "./arcana-traces",
         True,
     )
     assert (c.max_steps_per_turn, c.pin_budget_fraction, c.cognitive_primitives) == (10, 0.5, ())

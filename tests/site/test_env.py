@@ -103,7 +103,7 @@ def _import_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def test_it_refuses_to_start_without_a_secret_key_when_debug_is_off() -> None:
     result = _import_settings({"DEBUG": "False"})
     assert result.returncode != 0
-    assert "SECRET_KEY is not set and DEBUG is off" in result.stderr
+    assert "SECRET_KEY is not set, DEBUG is off" in result.stderr
 
 
 def test_it_generates_a_development_key_when_debug_is_on() -> None:

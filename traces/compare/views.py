@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from runtime.compare import LEVELS, Comparison, TurnData, TurnPair
+from runtime.compare import LEVELS, Comparison, TurnData, TurnPair, summary_differs
 from traces import conversations as service
 from traces.compare import service as cmp
 from traces.conversations.views import RunSettingsForm
@@ -85,13 +85,7 @@ def _side(request: HttpRequest, ref: str | None) -> _Side:
         return _Side(str(ref), run, None)
     parsed = cmp.parse_run_ref(ref)
     if parsed is not None:
-        conv = (
-            Conversation.objects.filter(
-                project_id=parsed[0], run_id=parsed[1], project__in=access.projects(request)
-            )
-            .select_related("project__team")
-            .first()
-        )
+        conv = access.find_conversation(request, *parsed)
         if conv is not None:
             return _Side(str(ref), conv.run, conv)
     raise Http404("No such run.")
@@ -161,7 +155,7 @@ def _turn_rows(c: Comparison, pairs: list[TurnPair], pair: TurnPair | None) -> l
 def _summary_rows(c: Comparison) -> list[dict[str, Any]]:
     rows = []
     for key, label, va, vb in c.summary_rows():
-        rows.append({"key": key, "label": label, "a": va, "b": vb, "differs": va != vb})
+        rows.append({"key": key, "label": label, "a": va, "b": vb, "differs": summary_differs(key, va, vb)})
     return rows
 
 
@@ -232,9 +226,14 @@ def compare(request: HttpRequest) -> HttpResponse:
     """`/compare?a=<project_id>:<run_id>&b=…` (or two `run=` values, as the runs list's checkboxes
     send them: redirected to the a/b form)."""
     picked = request.GET.getlist("run")
+    if not picked and "a" not in request.GET and "b" not in request.GET:
+        # `/compare` alone: how to pick two runs, not an error.
+        return render(request, "traces/compare_pick.html", {"count": 0, "asked": False})
     if picked and "a" not in request.GET:
         if len(picked) != 2:
-            return render(request, "traces/compare_pick.html", {"count": len(picked)}, status=400)
+            return render(
+                request, "traces/compare_pick.html", {"count": len(picked), "asked": True}, status=400
+            )
         return redirect(cmp.compare_url(picked[0], picked[1]))
     a, b = _sides(request)
     ctx: dict[str, Any] = {"side_a": a, "side_b": b}
@@ -296,7 +295,16 @@ class RunAgainForm(RunSettingsForm):
             "prompt_snapshots": bool(cfg.get("prompt_snapshots", True)),
             "script": [dict(m) for m in conv.script] or None,
             "agents": cfg.get("agents"),
+            # Kept: the run's name and tags as they show now (set on its page, else its trace's).
+            **_labels_of(conv),
         }
+
+
+def _labels_of(conv: Conversation) -> dict[str, Any]:
+    run, cfg = conv.run, conv.config or {}
+    if run is not None:
+        return {"name": run.shown_name or None, "tags": run.shown_tags or None}
+    return {"name": cfg.get("name") or None, "tags": cfg.get("tags") or None}
 
 
 def _conversation_to_rerun(request: HttpRequest, project_id: int, conversation_id: int) -> Conversation:

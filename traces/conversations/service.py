@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from traces.conversations.sink import record_cancellation
 from traces.conversations.spec import (
     ConversationBusyError,
     ConversationInputError,
@@ -126,14 +127,18 @@ def cancel_conversation(conversation: Conversation) -> Conversation:
     (the worker sees `cancel_requested` within a lease renewal and the runtime stops before the next
     step). A finished conversation is left as it is."""
     now = timezone.now()
+    cancelled = False
     with transaction.atomic():
         conv = Conversation.objects.select_for_update().get(pk=conversation.pk)
         if conv.status in (Conversation.Status.QUEUED, Conversation.Status.WAITING_FOR_USER):
             conv.status = Conversation.Status.CANCELLED
             conv.reason = "cancelled before the next turn started"
             conv.finished_at = now
+            cancelled = True
         elif conv.status == Conversation.Status.RUNNING:
             conv.cancel_requested = True
         conv.updated_at = now
         conv.save()
+    if cancelled:  # the run says so too (a running one: the worker writes it when it stops)
+        record_cancellation(conv, conv.reason)
     return conv

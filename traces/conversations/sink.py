@@ -7,20 +7,48 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from typing import Any
 
 from django import db
 from django.conf import settings
 
 from runtime import (
+    CallableSink,
     JsonlFileSink,
     TraceEvent,
+    TraceWriter,
 )
 from runtime.demo import run_demo
+from runtime.facts import CANCELLED_STOP
 from traces import ingest
-from traces.models import Project
+from traces.models import Conversation, Project, Run
 
 log = logging.getLogger(__name__)
+
+
+def record_cancellation(conv: Conversation, reason: str) -> None:
+    """Write into the conversation's run that it was cancelled: a `state_change` event with
+    `stop_reason "user_cancelled"` (`runtime.facts.CANCELLED_STOP`), after every event of the run, so
+    the run's status — a pure function of its events, kept by `rebuild_projections` — is `cancelled`
+    on every page, the runs list, the API and compare. The runtime writes one itself when a turn is
+    stopped after a step; this one covers a conversation cancelled between turns (queued, waiting for
+    the user, or seen by the worker before the next turn). It belongs to no turn or step
+    (docs/trace-format.md), and has one step id per run, so writing it twice stores it once. A run with
+    no event yet gets none: it was cancelled before it began (the conversation says so)."""
+    if not Run.objects.filter(project_id=conv.project_id, run_id=conv.run_id).exists():
+        return
+    events: list[dict[str, Any]] = []  # a callable sink gets each event as its dict
+    TraceWriter(CallableSink(events.append), conv.run_id).emit(
+        "state_change",
+        turn=None,
+        step=None,
+        step_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"arcana-console/{conv.run_id}/cancelled")),
+        stop_reason=CANCELLED_STOP,
+        stop_detail=reason[:500],
+        metadata={"stopped": CANCELLED_STOP, "detail": reason[:500]},
+    )
+    ingest.ingest_events(conv.project, events, source="worker")
 
 
 class StoreSink:

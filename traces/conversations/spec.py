@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
+from runtime.facts import TAGS_MAX, bad_tags, clean_name, clean_tags
 from runtime.scenarios import Scenario, get_scenario
 from traces.conversations.providers import PRIMITIVES, SCRIPTED, available_providers
 from traces.ingest.validation import value_problem
@@ -73,6 +74,8 @@ class ConversationSpec:
     script: list[dict[str, Any]] | None  # [{"agent": str | None, "content": str}]; None = playground
     agents: list[dict[str, Any]] | None  # [{"name", "system", "cognitive_primitives": list | None}]
     extra: dict[str, Any] = field(default_factory=dict)
+    name: str = ""  # the run's name and tags (`chat(name=…, tags=…)`: written into its trace)
+    tags: list[str] = field(default_factory=list)
 
     def config(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,8 @@ class ConversationSpec:
             "pin_budget_fraction": self.pin_budget_fraction,
             "prompt_snapshots": self.prompt_snapshots,
             "agents": self.agents,
+            "name": self.name,
+            "tags": self.tags,
         }
 
 
@@ -97,6 +102,8 @@ REQUEST_FIELDS = (
     "prompt_snapshots",
     "script",
     "agents",
+    "name",
+    "tags",
 )
 
 
@@ -110,7 +117,8 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     `script` (list of messages, or null for a playground; for a pool each item is
     `{"agent": name, "content": text}` or a plain string for the first agent); `agents` (null for a
     chat, or `[{"name", "system", "cognitive_primitives": null (inherit) | [...] (override) | [] (opt
-    out)}]`). Every problem is reported, not just the first."""
+    out)}]`); `name` (str or null) and `tags` (a list of tags, or null): the run's, written into its
+    trace (`runtime.facts.run_labels`). Every problem is reported, not just the first."""
     errors: list[dict[str, str]] = []
 
     def bad(name: str, message: str) -> None:
@@ -164,11 +172,15 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     names = [a["name"] for a in agents] if agents else []
     script = _check_script(data.get("script"), names, bad)
 
+    name, tags = _check_labels(data.get("name"), data.get("tags"), bad)
+
     if errors:
         raise ConversationInputError(errors)
     if script is not None and script_bytes(script) > max_conversation_bytes():
         raise ConversationTooLarge(max_conversation_bytes())
     return ConversationSpec(
+        name=name,
+        tags=tags,
         provider=provider,
         model=str(model),
         system=system,
@@ -179,6 +191,15 @@ def check_conversation_request(data: Any) -> ConversationSpec:
         script=script,
         agents=agents,
     )
+
+
+def _check_labels(name: Any, tags: Any, bad: Any) -> tuple[str, list[str]]:
+    """The run's name and tags (`runtime.facts`' rule, as for `chat(name=…, tags=…)`)."""
+    if name is not None and not isinstance(name, str):
+        bad("name", "must be a string or null")
+    for problem in bad_tags(tags) if tags is not None else []:
+        bad("tags", problem)
+    return clean_name(name), clean_tags(tags)[:TAGS_MAX] if tags is not None else []
 
 
 def _check_provider(provider: Any, model: Any, bad: Any) -> tuple[str, str, Scenario | None]:

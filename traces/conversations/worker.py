@@ -31,7 +31,7 @@ from runtime import (
 from runtime.scenarios import get_scenario
 from traces.conversations.providers import SCRIPTED, server_providers
 from traces.conversations.service import enqueue
-from traces.conversations.sink import StoreSink
+from traces.conversations.sink import StoreSink, record_cancellation
 from traces.core import workers
 from traces.models import Conversation
 
@@ -202,11 +202,17 @@ def build_engine(conv: Conversation, store: StoreSink) -> _Engine:
                 cognitive_primitives=a.get("cognitive_primitives"),
             )
             session.cognitive.id_factory = _pin_ids(conv.run_id, a["name"], fixed, session)
+            if cfg.get("name"):
+                session.writer.labels["run_name"] = cfg["name"]
+            if cfg.get("tags"):
+                session.writer.labels["run_tags"] = list(cfg["tags"])
         return _Engine(rt, None, pool, store)
+    # The run's name and tags go into its trace (`metadata.run_name` / `run_tags` on each `turn` event).
+    labels = {"name": cfg.get("name") or None, "tags": cfg.get("tags") or None}
     if conv.state:
-        chat = rt.chat(state=conv.state)
+        chat = rt.chat(state=conv.state, **labels)
     else:
-        chat = rt.chat(system=cfg.get("system"), run_id=conv.run_id)
+        chat = rt.chat(system=cfg.get("system"), run_id=conv.run_id, **labels)
     chat.cognitive.id_factory = _pin_ids(conv.run_id, None, fixed, chat)
     return _Engine(rt, chat, None, store)
 
@@ -410,7 +416,9 @@ def _finish(conv: Conversation, owner: str, status: str, reason: str) -> None:
         fields["finished_at"] = now
     if status == Conversation.Status.WAITING_FOR_USER:
         fields["attempts"] = 0
-    Conversation.objects.filter(pk=conv.pk, lease_owner=owner).update(**fields)
+    finished = Conversation.objects.filter(pk=conv.pk, lease_owner=owner).update(**fields)
+    if finished and status == Conversation.Status.CANCELLED:
+        record_cancellation(conv, reason)  # the run's status is its events': `cancelled` too
 
 
 def sweep_conversations() -> dict[str, int]:

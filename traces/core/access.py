@@ -26,6 +26,7 @@ from traces.core import sqlread
 from traces.core.authentication import key_of
 from traces.models import (
     Action,
+    Conversation,
     Membership,
     Project,
     Run,
@@ -38,6 +39,7 @@ from traces.models import (
 __all__ = [
     "Action",
     "can",
+    "find_conversation",
     "find_run",
     "get_run",
     "projects",
@@ -88,6 +90,18 @@ def find_run(caller: Any, project_id: int, run_id: str, action: str = Action.REA
     return (
         runs(caller, action)
         .filter(project_id=project_id, run_id=run_id)
+        .select_related("project__team")
+        .first()
+    )
+
+
+def find_conversation(caller: Any, project_id: int, run_id: str) -> Conversation | None:
+    """The conversation that writes run `run_id` of project `project_id`, with its project and team
+    loaded, if `caller` may read that project; else None. A conversation's run exists from the moment
+    the conversation is created, before its first event: pages and compare answer with it then (an
+    unknown run is still a 404)."""
+    return (
+        Conversation.objects.filter(project_id=project_id, run_id=run_id, project__in=projects(caller))
         .select_related("project__team")
         .first()
     )

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 _RUN_FIELDS = (
     "source agents model status started_at ended_at turns steps events prompt_tokens completion_tokens "
     "tokens tool_calls errors failure bundle_id delegated_by_run_id primitives recall_count pin_count unpin_count "
-    "peak_utilization incremental "
+    "peak_utilization incremental name tags "
     "updated_at tally"
 ).split()
 

@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from runtime import TraceEvent
-from runtime.facts import status_from_last
+from runtime.facts import CANCELLED_STOP, RunLabels, run_labels, status_from_last
 from traces.core import prepared
 from traces.ingest.events import parse_stored, sort_key
 from traces.ingest.projection import Projection, primitive_counts, top_model
@@ -54,8 +54,14 @@ def update_counters(
     run.agents = sorted(set(run.agents) | {a for ev in new if (a := ev.source_agent)})
     run.model = model[:200]
     run.status = tally.status()
-    if run.status == Run.Status.FAILED:
-        return False  # the reason of a failed run is a whole-run fact (`runtime.facts.run_outcome`)
+    if run.status in (Run.Status.FAILED, Run.Status.CANCELLED):
+        return False  # the reason of a failed or cancelled run is a whole-run fact (`run_outcome`)
+    if any(
+        ("run_name" in ev.metadata or "run_tags" in ev.metadata)
+        and run_labels([ev]) != RunLabels(run.name, list(run.tags or []))
+        for ev in new
+    ):
+        return False  # a run's name and tags are its first event's (`runtime.facts.run_labels`)
     for key, value in (("bundle_id", run.bundle_id), ("delegated_by_run_id", run.delegated_by_run_id)):
         if any(ev.metadata.get(key, value or None) != (value or None) for ev in new):
             return False  # a run's links are its first event's (`runtime.facts.run_links`): whole run
@@ -126,9 +132,10 @@ def whole_run_tally(events: list[TraceEvent], proj: Projection, at: datetime) ->
     return Tally.starting(Counter(m for _, step in proj.steps if (m := step["model"])), last, lt).dump(at)
 
 
-def _last_entry(ev: TraceEvent) -> tuple[datetime, str, bool]:
-    """`Tally.last` for the run's last event: its sort key and whether it carries a stop reason."""
-    return (ev.timestamp_dt, ev.step_id, bool(ev.stop_reason))
+def _last_entry(ev: TraceEvent) -> tuple[datetime, str, bool | str]:
+    """`Tally.last` for the run's last event: its sort key and its stop reason (False without one;
+    tallies stored before it was kept hold True)."""
+    return (ev.timestamp_dt, ev.step_id, ev.stop_reason or False)
 
 
 def _turn_entry(ev: TraceEvent) -> tuple[datetime, str, str]:
@@ -149,7 +156,7 @@ class Tally:
     stop reason; the last turn's answer, `_answer`)."""
 
     models: Counter[str]
-    last: tuple[datetime, str, bool]
+    last: tuple[datetime, str, bool | str]
     last_turn: tuple[datetime, str, str] | None
 
     @classmethod
@@ -190,6 +197,8 @@ class Tally:
 
     def status(self) -> str:
         """`status_from_last` of the run's last event and last `turn` event."""
+        if self.last[2] == CANCELLED_STOP:
+            return Run.Status.CANCELLED
         answer = self.last_turn[2] if self.last_turn is not None else Run.Status.RUNNING
         if answer == Run.Status.FAILED:
             return Run.Status.FAILED

@@ -111,7 +111,7 @@ def iter_jsonl(
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
-            yield number, None, None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+            yield number, None, None, json_line_error(exc)
             continue
         except RecursionError:
             yield number, None, None, f"the event is nested more than {MAX_DEPTH} levels deep"
@@ -120,6 +120,12 @@ def iter_jsonl(
             yield number, None, None, f"the event cannot be decoded: {TOO_MANY_DIGITS}"
             continue
         yield number, value, text, None
+
+
+def json_line_error(exc: json.JSONDecodeError) -> str:
+    """A line's JSON error with its column: "not valid JSON: Expecting value at column 4". Some of
+    Python's messages end in "at" already ("Unterminated string starting at"): not said twice."""
+    return f"not valid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
 def _read_error(exc: BaseException) -> str:

@@ -26,6 +26,7 @@ from runtime.facts import (
     pin_lifetimes,
     pinned_blocks,
     primitive_outcome,
+    run_labels,
     run_links,
     run_outcome,
     step_errors,
@@ -401,6 +402,7 @@ def project_run(events: list[TraceEvent]) -> Projection:
     error_stop = any(e.stop_reason == "error" for e in events)
     outcome = run_outcome(turn_views, events)
     links = run_links(events)
+    labels = run_labels(events)
     proj.run_fields = {
         "source": _source(events),
         "agents": sorted({ne.agent for ne in normalized if ne.agent}),
@@ -409,6 +411,8 @@ def project_run(events: list[TraceEvent]) -> Projection:
         "failure": outcome.reason or "",
         "bundle_id": (links.bundle_id or "")[:200],
         "delegated_by_run_id": (links.delegated_by_run_id or "")[:200],
+        "name": labels.name,
+        "tags": labels.tags,
         "started_at": events[0].timestamp_dt,
         "ended_at": events[-1].timestamp_dt,
         "turns": len(turns),

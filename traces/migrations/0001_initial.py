@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,295 +15,516 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Project',
+            name="Project",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.SlugField(max_length=100)),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("slug", models.SlugField(max_length=100)),
+                ("name", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['team__name', 'slug'],
+                "ordering": ["team__name", "slug"],
             },
         ),
         migrations.CreateModel(
-            name='Team',
+            name="Team",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(blank=True, max_length=100)),
-                ('prefix', models.CharField(max_length=16)),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='traces.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=100)),
+                ("prefix", models.CharField(max_length=16)),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_keys",
+                        to="traces.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run_id', models.CharField(max_length=200)),
-                ('source', models.CharField(choices=[('runtime', 'Runtime'), ('arcana', 'Arcana')], default='arcana', max_length=10)),
-                ('agents', models.JSONField(default=list)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed')], default='running', max_length=10)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('turns', models.PositiveIntegerField(default=0)),
-                ('steps', models.PositiveIntegerField(default=0)),
-                ('events', models.PositiveIntegerField(default=0)),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('tokens', models.PositiveBigIntegerField(default=0)),
-                ('tool_calls', models.PositiveIntegerField(default=0)),
-                ('errors', models.PositiveIntegerField(default=0)),
-                ('primitives', models.PositiveIntegerField(default=0)),
-                ('recall_count', models.PositiveIntegerField(default=0)),
-                ('pin_count', models.PositiveIntegerField(default=0)),
-                ('unpin_count', models.PositiveIntegerField(default=0)),
-                ('peak_utilization', models.FloatField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='traces.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run_id", models.CharField(max_length=200)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("runtime", "Runtime"), ("arcana", "Arcana")],
+                        default="arcana",
+                        max_length=10,
+                    ),
+                ),
+                ("agents", models.JSONField(default=list)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("running", "Running"), ("completed", "Completed"), ("failed", "Failed")],
+                        default="running",
+                        max_length=10,
+                    ),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("turns", models.PositiveIntegerField(default=0)),
+                ("steps", models.PositiveIntegerField(default=0)),
+                ("events", models.PositiveIntegerField(default=0)),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("tokens", models.PositiveBigIntegerField(default=0)),
+                ("tool_calls", models.PositiveIntegerField(default=0)),
+                ("errors", models.PositiveIntegerField(default=0)),
+                ("primitives", models.PositiveIntegerField(default=0)),
+                ("recall_count", models.PositiveIntegerField(default=0)),
+                ("pin_count", models.PositiveIntegerField(default=0)),
+                ("unpin_count", models.PositiveIntegerField(default=0)),
+                ("peak_utilization", models.FloatField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="runs", to="traces.project"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Pin',
+            name="Pin",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('pin_id', models.CharField(max_length=100)),
-                ('label', models.CharField(blank=True, max_length=500)),
-                ('content', models.TextField(blank=True)),
-                ('content_hash', models.CharField(blank=True, max_length=64)),
-                ('tokens', models.IntegerField(blank=True, null=True)),
-                ('created_turn', models.PositiveIntegerField()),
-                ('created_step', models.PositiveIntegerField(blank=True, null=True)),
-                ('until_turn', models.IntegerField(blank=True, null=True)),
-                ('unpinned_turn', models.PositiveIntegerField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='pins', to='traces.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("pin_id", models.CharField(max_length=100)),
+                ("label", models.CharField(blank=True, max_length=500)),
+                ("content", models.TextField(blank=True)),
+                ("content_hash", models.CharField(blank=True, max_length=64)),
+                ("tokens", models.IntegerField(blank=True, null=True)),
+                ("created_turn", models.PositiveIntegerField()),
+                ("created_step", models.PositiveIntegerField(blank=True, null=True)),
+                ("until_turn", models.IntegerField(blank=True, null=True)),
+                ("unpinned_turn", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="pins", to="traces.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_turn', 'created_step', 'id'],
+                "ordering": ["created_turn", "created_step", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Step',
+            name="Step",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('turn_number', models.PositiveIntegerField()),
-                ('number', models.PositiveIntegerField()),
-                ('step_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('total_tokens', models.PositiveBigIntegerField(default=0)),
-                ('finish_reason', models.CharField(blank=True, max_length=50)),
-                ('assistant_text', models.TextField(blank=True, null=True)),
-                ('tool_calls', models.JSONField(default=list)),
-                ('messages', models.JSONField(blank=True, null=True)),
-                ('prompt_snapshot', models.JSONField(blank=True, null=True)),
-                ('latency_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('completed', models.BooleanField(null=True)),
-                ('failed', models.BooleanField(null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='step_set', to='traces.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("turn_number", models.PositiveIntegerField()),
+                ("number", models.PositiveIntegerField()),
+                ("step_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("total_tokens", models.PositiveBigIntegerField(default=0)),
+                ("finish_reason", models.CharField(blank=True, max_length=50)),
+                ("assistant_text", models.TextField(blank=True, null=True)),
+                ("tool_calls", models.JSONField(default=list)),
+                ("messages", models.JSONField(blank=True, null=True)),
+                ("prompt_snapshot", models.JSONField(blank=True, null=True)),
+                ("latency_ms", models.PositiveIntegerField(blank=True, null=True)),
+                ("completed", models.BooleanField(null=True)),
+                ("failed", models.BooleanField(null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="step_set", to="traces.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'turn_number', 'number'],
+                "ordering": ["agent", "turn_number", "number"],
             },
         ),
         migrations.CreateModel(
-            name='PrimitiveEvent',
+            name="PrimitiveEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('turn_number', models.PositiveIntegerField(blank=True, null=True)),
-                ('step_number', models.PositiveIntegerField(blank=True, null=True)),
-                ('event_step_id', models.CharField(max_length=200)),
-                ('primitive', models.CharField(max_length=50)),
-                ('args', models.JSONField(default=dict)),
-                ('result', models.JSONField(default=dict)),
-                ('ok', models.BooleanField(default=True)),
-                ('note', models.TextField(blank=True)),
-                ('tool_call_id', models.CharField(blank=True, max_length=200)),
-                ('timestamp', models.DateTimeField()),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='primitive_events', to='traces.run')),
-                ('step', models.ForeignKey(null=True, on_delete=django.db.models.deletion.CASCADE, related_name='primitive_events', to='traces.step')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("turn_number", models.PositiveIntegerField(blank=True, null=True)),
+                ("step_number", models.PositiveIntegerField(blank=True, null=True)),
+                ("event_step_id", models.CharField(max_length=200)),
+                ("primitive", models.CharField(max_length=50)),
+                ("args", models.JSONField(default=dict)),
+                ("result", models.JSONField(default=dict)),
+                ("ok", models.BooleanField(default=True)),
+                ("note", models.TextField(blank=True)),
+                ("tool_call_id", models.CharField(blank=True, max_length=200)),
+                ("timestamp", models.DateTimeField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="primitive_events",
+                        to="traces.run",
+                    ),
+                ),
+                (
+                    "step",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="primitive_events",
+                        to="traces.step",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['timestamp', 'id'],
+                "ordering": ["timestamp", "id"],
             },
         ),
         migrations.CreateModel(
-            name='ContextDecision',
+            name="ContextDecision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('turn_number', models.PositiveIntegerField()),
-                ('step_number', models.PositiveIntegerField()),
-                ('strategy', models.CharField(blank=True, max_length=100)),
-                ('budget_total', models.IntegerField(blank=True, null=True)),
-                ('budget_used', models.IntegerField(blank=True, null=True)),
-                ('budget_tools', models.IntegerField(blank=True, null=True)),
-                ('budget_reserve', models.IntegerField(blank=True, null=True)),
-                ('messages_in', models.IntegerField(blank=True, null=True)),
-                ('messages_out', models.IntegerField(blank=True, null=True)),
-                ('compressed_count', models.IntegerField(default=0)),
-                ('pinned_count', models.IntegerField(default=0)),
-                ('dropped_count', models.IntegerField(default=0)),
-                ('explanation', models.TextField(blank=True)),
-                ('utilization', models.FloatField(blank=True, null=True)),
-                ('report', models.JSONField(blank=True, null=True)),
-                ('message_decisions', models.JSONField(default=list)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='traces.run')),
-                ('step', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='decision', to='traces.step')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("turn_number", models.PositiveIntegerField()),
+                ("step_number", models.PositiveIntegerField()),
+                ("strategy", models.CharField(blank=True, max_length=100)),
+                ("budget_total", models.IntegerField(blank=True, null=True)),
+                ("budget_used", models.IntegerField(blank=True, null=True)),
+                ("budget_tools", models.IntegerField(blank=True, null=True)),
+                ("budget_reserve", models.IntegerField(blank=True, null=True)),
+                ("messages_in", models.IntegerField(blank=True, null=True)),
+                ("messages_out", models.IntegerField(blank=True, null=True)),
+                ("compressed_count", models.IntegerField(default=0)),
+                ("pinned_count", models.IntegerField(default=0)),
+                ("dropped_count", models.IntegerField(default=0)),
+                ("explanation", models.TextField(blank=True)),
+                ("utilization", models.FloatField(blank=True, null=True)),
+                ("report", models.JSONField(blank=True, null=True)),
+                ("message_decisions", models.JSONField(default=list)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="decisions", to="traces.run"
+                    ),
+                ),
+                (
+                    "step",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="decision", to="traces.step"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'turn_number', 'step_number'],
+                "ordering": ["agent", "turn_number", "step_number"],
             },
         ),
         migrations.AddField(
-            model_name='project',
-            name='team',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='projects', to='traces.team'),
+            model_name="project",
+            name="team",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="projects", to="traces.team"
+            ),
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('owner', 'Owner'), ('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], default='member', max_length=10)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='traces.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("owner", "Owner"),
+                            ("admin", "Admin"),
+                            ("member", "Member"),
+                            ("viewer", "Viewer"),
+                        ],
+                        default="member",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="traces.team",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Turn',
+            name="Turn",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('number', models.PositiveIntegerField()),
-                ('steps', models.PositiveIntegerField(default=0)),
-                ('prompt_tokens', models.PositiveBigIntegerField(default=0)),
-                ('completion_tokens', models.PositiveBigIntegerField(default=0)),
-                ('tokens', models.PositiveBigIntegerField(default=0)),
-                ('peak_utilization', models.FloatField(blank=True, null=True)),
-                ('strategy', models.CharField(blank=True, max_length=100)),
-                ('compressions', models.PositiveIntegerField(default=0)),
-                ('primitives', models.PositiveIntegerField(default=0)),
-                ('tool_calls', models.PositiveIntegerField(default=0)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='turn_set', to='traces.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("number", models.PositiveIntegerField()),
+                ("steps", models.PositiveIntegerField(default=0)),
+                ("prompt_tokens", models.PositiveBigIntegerField(default=0)),
+                ("completion_tokens", models.PositiveBigIntegerField(default=0)),
+                ("tokens", models.PositiveBigIntegerField(default=0)),
+                ("peak_utilization", models.FloatField(blank=True, null=True)),
+                ("strategy", models.CharField(blank=True, max_length=100)),
+                ("compressions", models.PositiveIntegerField(default=0)),
+                ("primitives", models.PositiveIntegerField(default=0)),
+                ("tool_calls", models.PositiveIntegerField(default=0)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="turn_set", to="traces.run"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'number'],
+                "ordering": ["agent", "number"],
             },
         ),
         migrations.AddField(
-            model_name='step',
-            name='turn',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='step_set', to='traces.turn'),
+            model_name="step",
+            name="turn",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="step_set", to="traces.turn"
+            ),
         ),
         migrations.CreateModel(
-            name='Upload',
+            name="Upload",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('file', models.FileField(max_length=300, upload_to='uploads/%Y/%m/%d/')),
-                ('original_name', models.CharField(blank=True, max_length=300)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('bytes', models.PositiveBigIntegerField(default=0)),
-                ('lines_total', models.PositiveIntegerField(blank=True, null=True)),
-                ('lines_done', models.PositiveIntegerField(default=0)),
-                ('accepted', models.PositiveIntegerField(default=0)),
-                ('duplicates', models.PositiveIntegerField(default=0)),
-                ('rejected', models.PositiveIntegerField(default=0)),
-                ('line_errors', models.JSONField(default=list)),
-                ('runs', models.JSONField(default=list)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('api_key', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='traces.apikey')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='uploads', to='traces.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("file", models.FileField(max_length=300, upload_to="uploads/%Y/%m/%d/")),
+                ("original_name", models.CharField(blank=True, max_length=300)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("bytes", models.PositiveBigIntegerField(default=0)),
+                ("lines_total", models.PositiveIntegerField(blank=True, null=True)),
+                ("lines_done", models.PositiveIntegerField(default=0)),
+                ("accepted", models.PositiveIntegerField(default=0)),
+                ("duplicates", models.PositiveIntegerField(default=0)),
+                ("rejected", models.PositiveIntegerField(default=0)),
+                ("line_errors", models.JSONField(default=list)),
+                ("runs", models.JSONField(default=list)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="traces.apikey",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="uploads",
+                        to="traces.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run_id', models.CharField(max_length=200)),
-                ('step_id', models.CharField(max_length=200)),
-                ('parent_step_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('event_type', models.CharField(max_length=100)),
-                ('agent', models.CharField(blank=True, max_length=200)),
-                ('timestamp', models.DateTimeField()),
-                ('raw', models.TextField()),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='traces.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run_id", models.CharField(max_length=200)),
+                ("step_id", models.CharField(max_length=200)),
+                ("parent_step_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("event_type", models.CharField(max_length=100)),
+                ("agent", models.CharField(blank=True, max_length=200)),
+                ("timestamp", models.DateTimeField()),
+                ("raw", models.TextField()),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="traces.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['timestamp', 'step_id'],
-                'indexes': [models.Index(fields=['project', 'run_id', 'timestamp'], name='event_run_time_idx')],
-                'constraints': [models.UniqueConstraint(fields=('project', 'run_id', 'step_id'), name='event_project_run_step_uniq')],
+                "ordering": ["timestamp", "step_id"],
+                "indexes": [
+                    models.Index(fields=["project", "run_id", "timestamp"], name="event_run_time_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("project", "run_id", "step_id"), name="event_project_run_step_uniq"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['project', '-started_at'], name='run_project_started_idx'),
+            model_name="run",
+            index=models.Index(fields=["project", "-started_at"], name="run_project_started_idx"),
         ),
         migrations.AddConstraint(
-            model_name='run',
-            constraint=models.UniqueConstraint(fields=('project', 'run_id'), name='run_project_run_id_uniq'),
+            model_name="run",
+            constraint=models.UniqueConstraint(fields=("project", "run_id"), name="run_project_run_id_uniq"),
         ),
         migrations.AddConstraint(
-            model_name='pin',
-            constraint=models.UniqueConstraint(fields=('run', 'agent', 'pin_id'), name='pin_run_agent_pin_id_uniq'),
+            model_name="pin",
+            constraint=models.UniqueConstraint(
+                fields=("run", "agent", "pin_id"), name="pin_run_agent_pin_id_uniq"
+            ),
         ),
         migrations.AddIndex(
-            model_name='primitiveevent',
-            index=models.Index(fields=['run', 'agent', 'turn_number'], name='primitive_run_turn_idx'),
+            model_name="primitiveevent",
+            index=models.Index(fields=["run", "agent", "turn_number"], name="primitive_run_turn_idx"),
         ),
         migrations.AddIndex(
-            model_name='contextdecision',
-            index=models.Index(fields=['run', 'agent', 'turn_number'], name='decision_run_turn_idx'),
+            model_name="contextdecision",
+            index=models.Index(fields=["run", "agent", "turn_number"], name="decision_run_turn_idx"),
         ),
         migrations.AddConstraint(
-            model_name='project',
-            constraint=models.UniqueConstraint(fields=('team', 'slug'), name='project_team_slug_uniq'),
+            model_name="project",
+            constraint=models.UniqueConstraint(fields=("team", "slug"), name="project_team_slug_uniq"),
         ),
         migrations.AddConstraint(
-            model_name='membership',
-            constraint=models.UniqueConstraint(fields=('team', 'user'), name='membership_team_user_uniq'),
+            model_name="membership",
+            constraint=models.UniqueConstraint(fields=("team", "user"), name="membership_team_user_uniq"),
         ),
         migrations.AddConstraint(
-            model_name='turn',
-            constraint=models.UniqueConstraint(fields=('run', 'agent', 'number'), name='turn_run_agent_number_uniq'),
+            model_name="turn",
+            constraint=models.UniqueConstraint(
+                fields=("run", "agent", "number"), name="turn_run_agent_number_uniq"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='step',
-            constraint=models.UniqueConstraint(fields=('run', 'agent', 'turn_number', 'number'), name='step_run_agent_turn_number_uniq'),
+            model_name="step",
+            constraint=models.UniqueConstraint(
+                fields=("run", "agent", "turn_number", "number"), name="step_run_agent_turn_number_uniq"
+            ),
         ),
     ]

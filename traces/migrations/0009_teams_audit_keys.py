@@ -7,67 +7,157 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0008_conversation'),
+        ("traces", "0008_conversation"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='rate_count',
+            model_name="apikey",
+            name="rate_count",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='rate_window',
+            model_name="apikey",
+            name="rate_window",
             field=models.BigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='scope',
-            field=models.CharField(choices=[('ingest', 'ingest only'), ('read_ingest', 'read + ingest')], default='read_ingest', max_length=12),
+            model_name="apikey",
+            name="scope",
+            field=models.CharField(
+                choices=[("ingest", "ingest only"), ("read_ingest", "read + ingest")],
+                default="read_ingest",
+                max_length=12,
+            ),
         ),
         migrations.AddField(
-            model_name='project',
-            name='retention_days',
+            model_name="project",
+            name="retention_days",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='Invite',
+            name="Invite",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('owner', 'Owner'), ('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], default='member', max_length=10)),
-                ('token_hash', models.CharField(max_length=64, unique=True)),
-                ('note', models.CharField(blank=True, max_length=100)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField()),
-                ('accepted_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('accepted_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='invites', to='traces.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("owner", "Owner"),
+                            ("admin", "Admin"),
+                            ("member", "Member"),
+                            ("viewer", "Viewer"),
+                        ],
+                        default="member",
+                        max_length=10,
+                    ),
+                ),
+                ("token_hash", models.CharField(max_length=64, unique=True)),
+                ("note", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField()),
+                ("accepted_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "accepted_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="invites", to="traces.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='AuditLog',
+            name="AuditLog",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_label', models.CharField(blank=True, max_length=200)),
-                ('event_type', models.CharField(choices=[('key_created', 'API key created'), ('key_revoked', 'API key revoked'), ('share_link_created', 'share link created'), ('share_link_revoked', 'share link revoked'), ('note_created', 'note created'), ('note_resolved', 'note resolved'), ('note_deleted', 'note deleted'), ('member_invited', 'member invited'), ('invite_revoked', 'invite revoked'), ('member_joined', 'member joined'), ('member_role_changed', 'member role changed'), ('member_removed', 'member removed'), ('member_left', 'member left'), ('project_created', 'project created'), ('project_changed', 'project changed'), ('project_deleted', 'project deleted'), ('run_deleted', 'run deleted'), ('runs_expired', 'runs deleted by retention'), ('team_created', 'team created')], max_length=40)),
-                ('target', models.CharField(blank=True, max_length=300)),
-                ('extra', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_logs', to='traces.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor_label", models.CharField(blank=True, max_length=200)),
+                (
+                    "event_type",
+                    models.CharField(
+                        choices=[
+                            ("key_created", "API key created"),
+                            ("key_revoked", "API key revoked"),
+                            ("share_link_created", "share link created"),
+                            ("share_link_revoked", "share link revoked"),
+                            ("note_created", "note created"),
+                            ("note_resolved", "note resolved"),
+                            ("note_deleted", "note deleted"),
+                            ("member_invited", "member invited"),
+                            ("invite_revoked", "invite revoked"),
+                            ("member_joined", "member joined"),
+                            ("member_role_changed", "member role changed"),
+                            ("member_removed", "member removed"),
+                            ("member_left", "member left"),
+                            ("project_created", "project created"),
+                            ("project_changed", "project changed"),
+                            ("project_deleted", "project deleted"),
+                            ("run_deleted", "run deleted"),
+                            ("runs_expired", "runs deleted by retention"),
+                            ("team_created", "team created"),
+                        ],
+                        max_length=40,
+                    ),
+                ),
+                ("target", models.CharField(blank=True, max_length=300)),
+                ("extra", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="audit_logs",
+                        to="traces.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['team', '-created_at'], name='auditlog_team_created_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [models.Index(fields=["team", "-created_at"], name="auditlog_team_created_idx")],
             },
         ),
     ]

@@ -6,31 +6,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0009_teams_audit_keys'),
+        ("traces", "0009_teams_audit_keys"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='StoredFile',
+            name="StoredFile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=300, unique=True)),
-                ('size', models.PositiveBigIntegerField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=300, unique=True)),
+                ("size", models.PositiveBigIntegerField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='StoredFileChunk',
+            name="StoredFileChunk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('data', models.BinaryField()),
-                ('file', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='chunks', to='traces.storedfile')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("data", models.BinaryField()),
+                (
+                    "file",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="chunks",
+                        to="traces.storedfile",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('file', 'index'), name='storedfilechunk_file_index_uniq')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("file", "index"), name="storedfilechunk_file_index_uniq")
+                ],
             },
         ),
     ]

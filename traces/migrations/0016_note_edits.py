@@ -4,20 +4,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0015_run_tally'),
+        ("traces", "0015_run_tally"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='note',
-            name='edited_at',
+            model_name="note",
+            name="edited_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name='auditlog',
-            name='event_type',
-            field=models.CharField(choices=[('key_created', 'API key created'), ('key_revoked', 'API key revoked'), ('share_link_created', 'share link created'), ('share_link_revoked', 'share link revoked'), ('note_created', 'note created'), ('note_resolved', 'note resolved'), ('note_edited', 'note edited'), ('note_deleted', 'note deleted'), ('member_invited', 'member invited'), ('invite_revoked', 'invite revoked'), ('member_joined', 'member joined'), ('member_role_changed', 'member role changed'), ('member_removed', 'member removed'), ('member_left', 'member left'), ('project_created', 'project created'), ('project_changed', 'project changed'), ('project_deleted', 'project deleted'), ('run_deleted', 'run deleted'), ('runs_expired', 'runs deleted by retention'), ('team_created', 'team created')], max_length=40),
+            model_name="auditlog",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("key_created", "API key created"),
+                    ("key_revoked", "API key revoked"),
+                    ("share_link_created", "share link created"),
+                    ("share_link_revoked", "share link revoked"),
+                    ("note_created", "note created"),
+                    ("note_resolved", "note resolved"),
+                    ("note_edited", "note edited"),
+                    ("note_deleted", "note deleted"),
+                    ("member_invited", "member invited"),
+                    ("invite_revoked", "invite revoked"),
+                    ("member_joined", "member joined"),
+                    ("member_role_changed", "member role changed"),
+                    ("member_removed", "member removed"),
+                    ("member_left", "member left"),
+                    ("project_created", "project created"),
+                    ("project_changed", "project changed"),
+                    ("project_deleted", "project deleted"),
+                    ("run_deleted", "run deleted"),
+                    ("runs_expired", "runs deleted by retention"),
+                    ("team_created", "team created"),
+                ],
+                max_length=40,
+            ),
         ),
     ]

@@ -4,26 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0016_note_edits'),
+        ("traces", "0016_note_edits"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='event',
-            name='event_run_turn_idx',
+            model_name="event",
+            name="event_run_turn_idx",
         ),
         migrations.RemoveIndex(
-            model_name='event',
-            name='event_run_parent_idx',
+            model_name="event",
+            name="event_run_parent_idx",
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(condition=models.Q(('turn__isnull', False)), fields=['project', 'run_id', 'turn'], name='event_run_turn_idx'),
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("turn__isnull", False)),
+                fields=["project", "run_id", "turn"],
+                name="event_run_turn_idx",
+            ),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(condition=models.Q(('parent_step_id__isnull', False)), fields=['project', 'run_id', 'parent_step_id'], name='event_run_parent_idx'),
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(("parent_step_id__isnull", False)),
+                fields=["project", "run_id", "parent_step_id"],
+                name="event_run_parent_idx",
+            ),
         ),
     ]

@@ -9,50 +9,95 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0017_event_partial_indexes'),
+        ("traces", "0017_event_partial_indexes"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='contextdecision',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='traces.run'),
+            model_name="contextdecision",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="decisions",
+                to="traces.run",
+            ),
         ),
         migrations.AlterField(
-            model_name='contextdecision',
-            name='step',
-            field=models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='decision', to='traces.step'),
+            model_name="contextdecision",
+            name="step",
+            field=models.OneToOneField(
+                db_constraint=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="decision",
+                to="traces.step",
+            ),
         ),
         migrations.AlterField(
-            model_name='pin',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='pins', to='traces.run'),
+            model_name="pin",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="pins",
+                to="traces.run",
+            ),
         ),
         migrations.AlterField(
-            model_name='primitiveevent',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='primitive_events', to='traces.run'),
+            model_name="primitiveevent",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="primitive_events",
+                to="traces.run",
+            ),
         ),
         migrations.AlterField(
-            model_name='primitiveevent',
-            name='step',
-            field=models.ForeignKey(db_constraint=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='primitive_events', to='traces.step'),
+            model_name="primitiveevent",
+            name="step",
+            field=models.ForeignKey(
+                db_constraint=False,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="primitive_events",
+                to="traces.step",
+            ),
         ),
         migrations.AlterField(
-            model_name='step',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='step_set', to='traces.run'),
+            model_name="step",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="step_set",
+                to="traces.run",
+            ),
         ),
         migrations.AlterField(
-            model_name='step',
-            name='turn',
-            field=models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='step_set', to='traces.turn'),
+            model_name="step",
+            name="turn",
+            field=models.ForeignKey(
+                db_constraint=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="step_set",
+                to="traces.turn",
+            ),
         ),
         migrations.AlterField(
-            model_name='turn',
-            name='run',
-            field=models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='turn_set', to='traces.run'),
+            model_name="turn",
+            name="run",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="turn_set",
+                to="traces.run",
+            ),
         ),
     ]

@@ -11,7 +11,9 @@ def mark_estimated_counts(apps, schema_editor):
     ContextDecision = apps.get_model("traces", "ContextDecision")
     marked = []
     for pk, report in (
-        ContextDecision.objects.filter(report__token_counts__estimated=True).values_list("pk", "report").iterator()
+        ContextDecision.objects.filter(report__token_counts__estimated=True)
+        .values_list("pk", "report")
+        .iterator()
     ):
         counts = report.get("token_counts") if isinstance(report, dict) else None
         if isinstance(counts, dict) and counts.get("estimated") is True:
@@ -21,28 +23,31 @@ def mark_estimated_counts(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('traces', '0018_projection_references_unconstrained'),
+        ("traces", "0018_projection_references_unconstrained"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='contextdecision',
-            name='decision_run_turn_idx',
+            model_name="contextdecision",
+            name="decision_run_turn_idx",
         ),
         migrations.AddField(
-            model_name='contextdecision',
-            name='counts_estimated',
+            model_name="contextdecision",
+            name="counts_estimated",
             field=models.BooleanField(default=False),
         ),
         migrations.RunPython(mark_estimated_counts, migrations.RunPython.noop),
         migrations.AddIndex(
-            model_name='contextdecision',
-            index=models.Index(fields=['run', 'agent', 'turn_number', 'step_number'], name='decision_run_turn_idx'),
+            model_name="contextdecision",
+            index=models.Index(
+                fields=["run", "agent", "turn_number", "step_number"], name="decision_run_turn_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='contextdecision',
-            index=models.Index(condition=models.Q(('counts_estimated', True)), fields=['run'], name='decision_estimated_idx'),
+            model_name="contextdecision",
+            index=models.Index(
+                condition=models.Q(("counts_estimated", True)), fields=["run"], name="decision_estimated_idx"
+            ),
         ),
     ]

@@ -46,7 +46,8 @@ class ShareLink(models.Model):
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
-        return f"share link {self.prefix}… to {self.run_id}"
+        # The run's id (`run.run_id`), not `run_id`: that attribute is the foreign key, an internal row id.
+        return f"share link {self.prefix}… to {self.run.run_id}"
 
     @staticmethod
     def hash_token(raw: str) -> str:
@@ -102,7 +103,7 @@ class Note(models.Model):
         indexes = [models.Index(fields=["run", "turn_number"], name="note_run_turn_idx")]
 
     def __str__(self) -> str:
-        return f"{self.label} note on {self.run_id} {self.target_label}"
+        return f"{self.label} note on {self.run.run_id} {self.target_label}"
 
     @property
     def is_resolved(self) -> bool:

@@ -94,7 +94,7 @@ class Conversation(models.Model):
         return f"conversation {self.pk} ({self.status})"
 
     def get_absolute_url(self) -> str:
-        """The run page of this conversation (it answers 404 until the first event is stored)."""
+        """The run page of this conversation (before its first event: "Waiting for the first event…")."""
         return run_page_url(self.project_id, self.run_id)
 
     def page_url(self) -> str:

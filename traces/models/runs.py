@@ -38,7 +38,8 @@ class Run(models.Model):
 
     `status`, `failure` and `errors` are `runtime.facts.run_outcome` of its events: `failed` (with the
     reason in `failure`) when an error stopped it or its last step failed — including an arcana-agent 1.2
-    send whose model never answered —, `completed` when its last answer is final, else `running`; a run
+    send whose model never answered —, `cancelled` (the reason in `failure` too) when its last event
+    says someone cancelled it, `completed` when its last answer is final, else `running`; a run
     with no event of a step at all (an Arcana 1.2 session file holding only `history_seeded`) is
     `completed` with zero steps ("no steps" on the pages). `errors` counts failed tool calls, unknown
     tools and other errors alike, for both producers. `bundle_id` / `delegated_by_run_id` are
@@ -57,6 +58,7 @@ class Run(models.Model):
         RUNNING = "running"
         COMPLETED = "completed"
         FAILED = "failed"
+        CANCELLED = "cancelled"  # someone stopped it (`runtime.facts.CANCELLED_STOP`)
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
     run_id = models.CharField(max_length=200)
@@ -92,6 +94,15 @@ class Run(models.Model):
     # of its last `turn` event with what the run's status needs of them. Valid only while its "at" equals
     # `updated_at` (every whole-run projection moves `updated_at` on); otherwise recomputed from the rows.
     tally = models.JSONField(null=True, blank=True, editable=False)
+    # Name and tags. `name` / `tags` are the trace's (`runtime.facts.run_labels`: `metadata.run_name`
+    # / `run_tags`), projected from the raw events like every column above, so `rebuild_projections`
+    # writes them again. `label_name` / `label_tags` are what a member set on the page or with PATCH
+    # (audited): no projection ever writes them, so a rebuild keeps them; None = not set, the trace's
+    # shows. `shown_name` / `shown_tags` are what pages, the API and the filters use.
+    name = models.CharField(max_length=200, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    label_name = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 (None: not set; "": no name)
+    label_tags = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="run_project_run_id_uniq")]
@@ -184,6 +195,21 @@ class Run(models.Model):
     @property
     def is_failed(self) -> bool:
         return self.status == self.Status.FAILED
+
+    @property
+    def shown_name(self) -> str:
+        """The run's name: set on the page or the API, else the trace's ("" for none)."""
+        return self.label_name if self.label_name is not None else self.name
+
+    @property
+    def shown_tags(self) -> list[str]:
+        """The run's tags: set on the page or the API, else the trace's."""
+        tags = self.label_tags if self.label_tags is not None else self.tags
+        return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.status == self.Status.CANCELLED
 
     @property
     def has_primitives(self) -> bool:

@@ -71,7 +71,7 @@ class Membership(models.Model):
 
 class Action:
     """What a member may do in a team; `PERMISSIONS` maps each to the weakest role allowed to (DESIGN.md §8:
-    viewer reads < member uploads, converses, notes, shares < admin manages keys, projects, members,
+    viewer reads < member uploads, converses, notes, shares, names and tags runs < admin manages keys, projects, members,
     deletes data and reads the audit log < owner deletes the team)."""
 
     READ = "read"
@@ -79,6 +79,7 @@ class Action:
     CONVERSE = "converse"
     NOTE = "note"
     SHARE = "share"
+    LABEL = "label"  # name and tag runs
     MANAGE_KEYS = "manage_keys"
     MANAGE_PROJECTS = "manage_projects"
     MANAGE_MEMBERS = "manage_members"
@@ -101,6 +102,7 @@ PERMISSIONS: dict[str, str] = {
     Action.CONVERSE: Membership.Role.MEMBER,
     Action.NOTE: Membership.Role.MEMBER,
     Action.SHARE: Membership.Role.MEMBER,
+    Action.LABEL: Membership.Role.MEMBER,
     Action.MANAGE_KEYS: Membership.Role.ADMIN,
     Action.MANAGE_PROJECTS: Membership.Role.ADMIN,
     Action.MANAGE_MEMBERS: Membership.Role.ADMIN,
@@ -320,6 +322,7 @@ class AuditLog(models.Model):
     PROJECT_CHANGED = "project_changed"
     PROJECT_DELETED = "project_deleted"
     RUN_DELETED = "run_deleted"
+    RUN_LABELED = "run_labeled"
     RUNS_EXPIRED = "runs_expired"
     TEAM_CREATED = "team_created"
 
@@ -342,6 +345,7 @@ class AuditLog(models.Model):
         PROJECT_CHANGED: "project changed",
         PROJECT_DELETED: "project deleted",
         RUN_DELETED: "run deleted",
+        RUN_LABELED: "run name or tags changed",
         RUNS_EXPIRED: "runs deleted by retention",
         TEAM_CREATED: "team created",
     }

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from traces.core import access, sqlread
 from traces.core.api import (
     BaseView,
+    error_response,
 )
 from traces.core.authentication import key_of
 from traces.core.serializers import ErrorSerializer, represent, represent_many
@@ -30,6 +31,7 @@ from traces.models import (
     Step,
     Turn,
 )
+from traces.runs import labels
 from traces.runs.filters import RunFilter
 from traces.runs.serializers import (
     EventSerializer,
@@ -157,6 +159,45 @@ class RunDetailView(BaseView):
         data["pins"] = represent_many(PinSerializer, pins)
         data["related"] = related_runs(run)
         return Response(data)
+
+    @extend_schema(
+        request={
+            "application/json": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": ["string", "null"], "maxLength": 200},
+                    "tags": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 20},
+                },
+            }
+        },
+        responses={200: RunSerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+        summary="Name and tag a run (audited)",
+        description="`name` (one line, up to 200 characters) and `tags` (up to 20, each 1–50 letters, digits "
+        "or - _ . : / @ +); either may be left out, `null` shows the trace's again (`metadata.run_name` / "
+        "`run_tags`). Members and up; a read + ingest API key of the run's project. Outsiders get 404.",
+    )
+    def patch(self, request: Request, project_id: int, run_id: str) -> Response:
+        run = access.get_run(request, project_id, run_id)
+        key = key_of(request)
+        if key is None:
+            access.require(request, run.project.team_id, Action.LABEL)
+        body = request.data
+        if not isinstance(body, dict) or not body or set(body) - {"name", "tags"}:
+            return error_response(
+                400,
+                "send a JSON object with `name` and/or `tags`",
+                [{"field": "body", "message": "only name, tags"}],
+            )
+        try:
+            labels.do_set_labels(
+                run,
+                key or request.user,
+                name=body.get("name", labels.UNCHANGED),
+                tags=body.get("tags", labels.UNCHANGED),
+            )
+        except labels.LabelError as exc:
+            return error_response(400, "invalid name or tags", exc.detail)
+        return Response(represent(RunSerializer, run))
 
     @extend_schema(
         request=None,

@@ -3,6 +3,9 @@
 One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
 `project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
 `had_compaction`, `lost_instruction`, `started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
+
+`started_after`, `started_before`, `name`, `tag` and `q`. Names and tags are the run's shown ones
+(`Run.shown_name` / `shown_tags`: set on the page or the API, else the trace's). The page's older names keep working, so bookmarks do not
 break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
 `pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
 
@@ -24,7 +27,16 @@ from django.http import QueryDict
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from runtime.facts import TAG_RE
 from traces.models import ContextDecision, Pin, Run, Turn
+
+
+def name_matches(text: str) -> Q:
+    """Runs whose shown name holds `text` (the name set on the page or the API, else the trace's)."""
+    return Q(label_name__isnull=False, label_name__icontains=text) | Q(
+        label_name__isnull=True, name__icontains=text
+    )
+
 
 #: The page's older parameter names and the ones they stand for.
 ALIASES = {"from": "started_after", "pins": "has_pins", "recalls": "has_recalls"}
@@ -136,8 +148,14 @@ class RunFilter(django_filters.FilterSet):
         lookup_expr="lt",
         help_text="started before (date or date-time; alias `to`, the last day inclusive)",
     )
+    name = django_filters.CharFilter(method="filter_name", max_length=200, help_text="text in the run's name")
+    tag = django_filters.CharFilter(
+        method="filter_tag", max_length=50, help_text="runs with this tag (letters, digits, - _ . : / @ +)"
+    )
     q = django_filters.CharFilter(
-        method="search", max_length=200, help_text="text in the run id, a pin's label or content, or a pin id"
+        method="search",
+        max_length=200,
+        help_text="text in the run id or name, a pin's label or content, or a pin id",
     )
 
     class Meta:
@@ -165,6 +183,24 @@ class RunFilter(django_filters.FilterSet):
         lost = ContextDecision.objects.filter(run=OuterRef("pk"), report__has_key="lost_instructions")
         return qs.filter(Exists(lost)) if value else qs.exclude(Exists(lost))
 
+    def filter_name(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        text = value.strip()
+        return qs.filter(name_matches(text)) if text else qs
+
+    def filter_tag(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
+        tag = value.strip()
+        if not tag:
+            return qs
+        if not TAG_RE.match(tag):
+            return qs.none()  # no run has such a tag (the rule refuses it everywhere)
+        # Tags are a JSON list; their text holds each as `"tag"` (ASCII only, no quote or backslash:
+        # `runtime.facts.TAG_RE`), the same text on SQLite and PostgreSQL. Case-insensitive, like names.
+        quoted = f'"{tag}"'
+        return qs.filter(
+            Q(label_tags__isnull=False, label_tags__icontains=quoted)
+            | Q(label_tags__isnull=True, tags__icontains=quoted)
+        )
+
     def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         text = value.strip()
         if not text:
@@ -172,7 +208,7 @@ class RunFilter(django_filters.FilterSet):
         pins = Pin.objects.filter(run=OuterRef("pk")).filter(
             Q(label__icontains=text) | Q(content__icontains=text) | Q(pin_id=text)
         )
-        return qs.filter(Q(run_id__icontains=text) | Exists(pins))
+        return qs.filter(Q(run_id__icontains=text) | name_matches(text) | Exists(pins))
 
     @property
     def values(self) -> SimpleNamespace:

@@ -10,7 +10,7 @@ The fidelity map and pin lanes are laid out by `traces.runs.charts`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -32,6 +32,7 @@ class FilterChoices:
     projects: list[Project]
     models: list[str]
     agents: list[str]
+    tags: list[str] = field(default_factory=list)
 
 
 def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> FilterChoices:
@@ -46,7 +47,15 @@ def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> Filte
         .values_list("agent", flat=True)
         .distinct()[:100]
     )
-    return FilterChoices(projects=projects, models=models, agents=agents)
+    # The tags the form suggests: those of the newest runs that have any (a bounded read, not a scan).
+    tags: set[str] = set()
+    for label_tags, trace_tags in (
+        runs.exclude(tags=[], label_tags__isnull=True)
+        .order_by("-started_at")
+        .values_list("label_tags", "tags")[:500]
+    ):
+        tags.update(label_tags if label_tags is not None else trace_tags or [])
+    return FilterChoices(projects=projects, models=models, agents=agents, tags=sorted(tags)[:200])
 
 
 def is_pin_decision(d: Mapping[str, Any]) -> bool:
@@ -162,10 +171,23 @@ def decision_rows(
                 fidelity="L0" if is_pin else (d.get("fidelity") or cls),
                 tokens=f"{'?' if before is None else before}→{'?' if after is None else after}",
                 relevance=f"{rel:.2f}" if isinstance(rel, int | float) else "—",
-                reason=d.get("reason") or "—",
+                reason=(d.get("reason") or "—") + _grown_note(cls, before, after),
             )
         )
     return rows
+
+
+#: Said of a row sent at a lower fidelity whose token count went up.
+GROWN_NOTE = (
+    " — marked compressed, yet its tokens grew: the stub or marker of this level costs more than the "
+    "short message it stands for"
+)
+
+
+def _grown_note(cls: str, before: Any, after: Any) -> str:
+    """An explanation for a row marked compressed (L1–L3) whose tokens grew, else ""."""
+    grew = isinstance(before, int | float) and isinstance(after, int | float) and after > before
+    return GROWN_NOTE if grew and cls in ("L1", "L2", "L3") else ""
 
 
 def step_changes(

@@ -31,11 +31,14 @@ class RunSerializer(serializers.ModelSerializer[Run]):
     url = serializers.SerializerMethodField()
     page_url = serializers.SerializerMethodField()
     events_url = serializers.SerializerMethodField()
+    # Set on the page or with PATCH, else the trace's (`Run.shown_name`, `Run.shown_tags`).
+    name = serializers.CharField(source="shown_name", read_only=True)
+    tags = serializers.ListField(source="shown_tags", child=serializers.CharField(), read_only=True)
 
     class Meta:
         model = Run
         fields = [
-            "run_id", "url", "page_url", "events_url", "team", "project", "project_id", "source", "agents",
+            "run_id", "name", "tags", "url", "page_url", "events_url", "team", "project", "project_id", "source", "agents",
             "model", "status", "started_at", "ended_at", "turns", "steps", "events", "prompt_tokens",
             "completion_tokens", "tokens", "tool_calls", "errors", "primitives", "recall_count", "pin_count",
             "unpin_count", "peak_utilization", "failure", "bundle_id", "delegated_by_run_id",

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from traces.collab import notes, sharing
 from traces.core import access
 from traces.models import (
     Action,
+    Conversation,
     membership_of,
 )
-from traces.runs import live, queries
+from traces.runs import labels, live, queries
 from traces.runs.context import (
     agent_for,
     fidelity_ctx,
@@ -84,6 +86,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "query": query.urlencode(),
         "any_live": any(r.is_updating for r in rows),
+        # Viewers read runs but may not upload: no button that leads to a refusal. A callable, so the
+        # query runs only where the page shows the button (the list's polls never do).
+        "can_upload": access.projects(request, Action.UPLOAD).exists,
     }
     # The list's version: what its rows show of each run, and how many runs match (traces/runs/live.py).
     ctx["live_etag"] = tag = live.etag(
@@ -105,11 +110,14 @@ def runs(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    run = access.get_run(request, project_id, run_id)
+    run = access.find_run(request, project_id, run_id)
+    if run is None:
+        return _waiting_for_run(request, project_id, run_id)
     agent = agent_for(request, run)
     ctx = run_ctx(request, run, agent)
     membership = membership_of(request.user, run.project.team_id)
     ctx.update(notes.note_perm_ctx(membership))
+    ctx["may_label"] = membership is not None and membership.can(Action.LABEL)
     ctx.update(sharing.share_panel_ctx(request, run, membership))
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
@@ -137,10 +145,56 @@ def _poll(
 
 
 @login_required
+@require_POST
+def run_labels(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """The run page's "Edit name and tags" form (members and up; audited): `reset` shows the trace's."""
+    run = access.get_run(request, project_id, run_id)
+    access.require(request, run.project.team_id, Action.LABEL)
+    if request.POST.get("reset"):
+        name, tags = None, None
+    else:
+        name, tags = request.POST.get("name", ""), labels.parse_tags_text(request.POST.get("tags", ""))
+    try:
+        changed = labels.do_set_labels(run, request.user, name=name, tags=tags)
+    except labels.LabelError as exc:
+        messages.error(request, f"Not saved: {exc}")
+    else:
+        messages.success(request, "Name and tags saved." if changed else "Nothing changed.")
+    return redirect(run.get_absolute_url())
+
+
+def _waiting_ctx(conv: Conversation) -> tuple[dict[str, Any], str]:
+    """The waiting page's context and its live fragment's tag (the conversation's state)."""
+    tag = live.etag("run-waiting", conv.pk, conv.status, conv.updated_at.isoformat(), conv.cursor)
+    return {"conv": conv, "project": conv.project, "run_id": conv.run_id, "live_etag": tag}, tag
+
+
+def _waiting_for_run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """The page of a run a conversation will write, before its first event is stored: "Waiting for the
+    first event…", polling `run_live` until the run arrives (the page then reloads into the run). A run
+    no conversation of a readable project will write is a 404, as before."""
+    conv = access.find_conversation(request, project_id, run_id)
+    if conv is None:
+        raise Http404("No such run.")
+    ctx, _tag = _waiting_ctx(conv)
+    return render(request, "traces/run_waiting.html", ctx)
+
+
+@login_required
 @require_GET
 def run_live(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
-    """The header stats and the timeline's last page, for pages polling a live run."""
-    agent, tag, unchanged = _poll(request, project_id, run_id, "run")
+    """The header stats and the timeline's last page, for pages polling a live run; before the run's
+    first event, the waiting page's fragment (its conversation's state)."""
+    try:
+        agent, tag, unchanged = _poll(request, project_id, run_id, "run")
+    except Http404:  # no run (yet): the conversation that will write it, else a 404 still
+        conv = access.find_conversation(request, project_id, run_id)
+        if conv is None:
+            raise
+        ctx, tag = _waiting_ctx(conv)
+        return live.not_modified(request, tag) or live.tagged(
+            render(request, "traces/_run_waiting.html", ctx), tag
+        )
     if unchanged:
         return unchanged
     run = access.get_run(request, project_id, run_id)

@@ -47,6 +47,10 @@ def test_a_member_notes_a_step_and_it_shows_on_every_page(samples: Project, bob:
     assert (note.turn_number, note.step_number, note.label, note.author) == (4, 1, "bug", bob)
     audit = AuditLog.objects.get(event_type=AuditLog.NOTE_CREATED)
     assert audit.actor == bob and audit.extra["target"] == "turn 4 step 1"
+    # The target names the run by its id, never by its internal row id.
+    assert (
+        audit.target.endswith(f"bug note on {PIN_RUN} turn 4 step 1") and f"on {run.pk} " not in audit.target
+    )
 
     turn = client.get(run.turn_url(4)).content.decode()
     step = turn.split('id="step-1"')[1].split('id="step-2"')[0] if 'id="step-2"' in turn else turn

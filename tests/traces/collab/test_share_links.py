@@ -201,6 +201,8 @@ def test_a_member_creates_lists_and_revokes_links_on_the_run_page(samples: Proje
     assert link.hide_content and link.created_by == bob
     assert timedelta(days=6, hours=23) < link.expires_at - timezone.now() <= timedelta(days=7)
     assert AuditLog.objects.filter(event_type=AuditLog.SHARE_LINK_CREATED, actor=bob).count() == 1
+    target = AuditLog.objects.get(event_type=AuditLog.SHARE_LINK_CREATED).target
+    assert target.endswith(f"to {PIN_RUN}")  # the run's id, not its internal row id
     # The URL is shown once, on the next render; then only its prefix.
     body = client.get(run.get_absolute_url()).content.decode()
     url = body.split('id="share-new-url"')[1].split('value="')[1].split('"')[0]

@@ -30,6 +30,12 @@ def demo_traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, st
     return d, on, off, short
 
 
+@pytest.fixture(scope="module")
+def released_trace(demo_traces: tuple[Path, str, str, str]) -> str:
+    """The demo with the scenario's pin id, as a worker plays it: the unpin of turn 5 (its last) works."""
+    return play_demo(demo_traces[0], ["recall", "pin"], scenario_pin_ids=True)
+
+
 @pytest.fixture
 def runs(project: Project, demo_traces: tuple[Path, str, str, str]) -> dict[str, Run]:
     d, on, off, short = demo_traces
@@ -102,6 +108,27 @@ def test_the_page_the_api_and_the_files_give_the_same_answer(
     assert body["turns"] == expected["turns"]
     assert body["working_set_diff"] == expected["working_set_diff"]
     assert body["page"] == cmp.compare_url(runs["on"], runs["off"])
+
+
+def test_a_pin_released_in_the_last_turn_is_not_active_at_the_end(
+    alice_client: Client,
+    project: Project,
+    runs: dict[str, Run],
+    demo_traces: tuple[Path, str, str, str],
+    released_trace: str,
+) -> None:
+    """The demo unpins in turn 5, its last: the page and the API count no pin at the end; the 3-turn run
+    (never unpinned) counts one."""
+    ingest_file(project, trace_file(demo_traces[0], released_trace))
+    released = Run.objects.get(project=project, run_id=released_trace)
+    r = page(alice_client, released, runs["short"])
+    c = r.context["c"]
+    assert (c.a.summary()["pins_active_at_end"], c.b.summary()["pins_active_at_end"]) == (0, 1)
+    row = next(r for r in r.context["summary"] if r["key"] == "pins_active_at_end")
+    assert (row["a"], row["b"], row["differs"]) == (0, 1, True)
+    api = alice_client.get("/api/v1/compare", {"a": cmp.run_ref(released), "b": cmp.run_ref(runs["short"])})
+    body = api.json()
+    assert (body["a"]["pins_active_at_end"], body["b"]["pins_active_at_end"]) == (0, 1)
 
 
 def test_it_compares_runs_of_different_lengths(alice_client: Client, runs: dict[str, Run]) -> None:

@@ -245,6 +245,9 @@ def test_the_page_shows_the_turns_context_and_pins_from_the_store(
     assert Run.objects.filter(run_id=conv.run_id).exists()
     html = alice_client.get(page_url(conv) + "/live").content.decode()
     assert "Context at turn 1" in html and "Step 1" in html and "tail_preserve" in html
+    # The step's budget says what it is: the tokens used of the message budget, explained.
+    assert "Message budget" in html and "20 of 4000 tokens used" in html
+    assert "less the response reserve and the tool definitions" in html
     assert "Active pins at turn 1" in html and "p_0000abcd" in html and "budget" in html
     assert "working" in html and "Running" in html
 
@@ -269,7 +272,7 @@ def test_estimated_token_counts_are_marked(project: Project, alice_client: Clien
     exact = Run.objects.get(run_id="exact-run")
     assert calibrated.tokens_estimated and not exact.tokens_estimated
     turn = alice_client.get(calibrated.turn_url(1)).content.decode()
-    assert "≈ 20 / 4000" in turn and "are estimates" in turn
+    assert "≈ 20 of 4000 tokens used" in turn and "are estimates" in turn
     assert "≈" in alice_client.get(calibrated.get_absolute_url()).content.decode()
     assert "≈" not in alice_client.get(exact.turn_url(1)).content.decode()
     assert "≈" not in alice_client.get(exact.get_absolute_url()).content.decode()

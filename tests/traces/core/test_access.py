@@ -224,6 +224,9 @@ TABLE: dict[str, list[Case]] = {
     "": [Case("GET", none, OWN_SCOPE_PAGE)],
     "projects/<project_id>/runs/<run_id>": [Case("GET", run_kw, PAGE_READ)],
     "projects/<project_id>/runs/<run_id>/live": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/labels": [
+        Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"name": "x", "tags": "a b"}),
+    ],
     "projects/<project_id>/runs/<run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
     "projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, PAGE_READ)],
     "projects/<project_id>/runs/<run_id>/turns/<number>/live": [Case("GET", turn_kw, PAGE_READ)],
@@ -433,6 +436,14 @@ TABLE: dict[str, list[Case]] = {
     "api/v1/runs": [Case("GET", none, E(401, 200, 200, 200, 200, 200))],
     "api/v1/projects/<project_id>/runs/<run_id>": [
         Case("GET", run_kw, API_READ),
+        Case(
+            "PATCH",
+            run_kw,
+            E(401, 404, 403, 200, 200, 200),
+            data=lambda w: {"name": "experiment 7", "tags": ["exp-7"]},
+            json=True,
+            note="names and tags the run (members and up)",
+        ),
         Case(
             "DELETE",
             lambda w: {"project_id": w.project.pk, "run_id": w.fresh_run().run_id},

@@ -78,16 +78,25 @@ def test_it_works_with_a_key_and_a_raw_gzip_body(api_client: Client, project: Pr
 
 def test_it_reports_line_errors_and_keeps_the_good_lines(api_client: Client, project: Project) -> None:
     good = [json.dumps(e).encode() for e in sample_events("08b465c7")]
-    lines = [good[0], b"not json", b'"a string"', b'{"run_id": "r", "step_id": "s"}', good[1]]
+    lines = [
+        good[0],
+        b"not json",
+        b'"a string"',
+        b'{"run_id": "r", "step_id": "s"}',
+        b'{"run_id": "r',
+        good[1],
+    ]
     body = b"\xef\xbb\xbf" + b"\r\n".join(lines) + b"\r\n"
     r = api_client.post("/api/v1/uploads", data=body, content_type="application/x-ndjson")
     done = wait_done(api_client, r.json()["url"])
     assert done["status"] == "done"
-    assert (done["accepted"], done["rejected"], done["lines_done"]) == (2, 3, 5)
+    assert (done["accepted"], done["rejected"], done["lines_done"]) == (2, 4, 6)
     assert done["line_errors"] == [
         {"line": 2, "message": "not valid JSON: Expecting value at column 1"},
         {"line": 3, "message": "event must be a JSON object, got string"},
         {"line": 4, "field": "event_type", "message": "missing required field 'event_type'"},
+        # Python says "Unterminated string starting at": the column follows once ("at at" before).
+        {"line": 5, "message": "not valid JSON: Unterminated string starting at column 12"},
     ]
 
 

@@ -118,3 +118,19 @@ def test_it_stops_refreshing_when_the_live_runs_go_idle(project: Project, alice_
 def test_it_says_no_steps_for_a_session_file(samples: Project, alice_client: Client) -> None:
     html = alice_client.get("/?q=64b15410").content.decode()
     assert ">No steps</span>" in html and "badge--live" not in html
+
+
+def test_viewers_are_not_offered_an_upload(
+    samples: Project, bob_client: Client, django_user_model: Any, alpha: Any
+) -> None:
+    """A viewer may read runs but not upload: no "Upload traces" button that leads to a refusal."""
+    from traces.models import Membership
+
+    vera = django_user_model.objects.create_user(username="vera", password="x")
+    Membership.objects.create(team=alpha, user=vera, role=Membership.Role.VIEWER)
+    viewer = Client()
+    viewer.force_login(vera)
+    page = viewer.get("/").content.decode()
+    assert PIN_RUN[:8] in page and "Upload traces" not in page
+    assert viewer.get("/uploads").status_code == 200  # the list of uploads stays readable
+    assert "Upload traces" in bob_client.get("/").content.decode()

@@ -17,11 +17,14 @@ from tests.traces.views_helpers import (
     POOL_RUN,
     XSS,
     arcana_tool_run,
+    decision,
     ingest_file,
     ingest_hostile_run,
     ingest_live_run,
+    our_step,
     run_path,
 )
+from traces.ingest import ingest_events
 from traces.models import Project, Run, Step
 
 
@@ -73,7 +76,7 @@ def test_it_shows_the_decision_table_explanation_and_budget(samples: Project, al
     html = r.content.decode()
     decision = r.context["steps"][0]["decision"]
     assert decision.explanation and decision.explanation in html
-    assert f"{decision.budget_used} / {decision.budget_total}" in html
+    assert f"{decision.budget_used} of {decision.budget_total} tokens used" in html
     for d in decision.message_decisions:
         if d["reason"] != "pinned":
             assert d["reason"] in html
@@ -198,3 +201,31 @@ def test_it_shows_the_tool_results_of_an_arcana_file(
     assert 'aria-label="succeeded">✓' in html and 'aria-label="failed">✗' in html
     assert "no event recorded (arcana-agent 1.2 writes none for a tool that is not registered)" in html
     assert "<script>window.__xss" not in html  # arguments are escaped like every trace string
+
+
+def test_a_compressed_row_whose_tokens_grew_says_why(project: Project, alice_client: Client) -> None:
+    """A message sent at L3 whose stub is longer than it (5 → 12 tokens) is explained in its row."""
+    grown = decision(1, "user", "compressed", "L3", tokens=5)
+    grown["token_count_after"] = 12
+    shrunk = decision(2, "assistant", "compressed", "L2", tokens=50)
+    shrunk["token_count_after"] = 20
+    ingest_events(
+        project, our_step("grown-run", 1, 1, decisions=[decision(0, "system"), grown, shrunk]), source="api"
+    )
+    html = alice_client.get(Run.objects.get(run_id="grown-run").turn_url(1)).content.decode()
+    rows = html.split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("</tr>")
+    assert "5→12" in rows[1] and "yet its tokens grew" in rows[1]
+    assert "50→20" in rows[2] and "yet its tokens grew" not in rows[2]
+    assert "yet its tokens grew" not in rows[0]
+
+
+def test_a_tool_call_step_of_our_runtime_says_it_has_no_text(project: Project, alice_client: Client) -> None:
+    """Our runtime writes `assistant_text: null` for an answer that only calls tools: that is no text,
+    not Arcana's "minimized" digest."""
+    events = our_step("tools-run", 1, 1, decisions=[decision(0, "user")], text=None, finish="tool_calls")
+    events[1]["metadata"]["facts"]["tool_calls"] = [{"id": "c1", "name": "lookup", "arguments": "{}"}]
+    events += our_step("tools-run", 1, 2, decisions=[decision(0, "user")], text="done")
+    ingest_events(project, events, source="api")
+    html = alice_client.get(Run.objects.get(run_id="tools-run").turn_url(1)).content.decode()
+    step1 = html.split('id="step-1"', 1)[1].split('id="step-2"', 1)[0]
+    assert "No text (tool calls only)." in step1 and "kept only a digest" not in html

@@ -154,7 +154,7 @@ def test_it_creates_keys_shown_once_and_revokes_them(
     raw = re.search(r'id="key-raw" class="mono copy-src" readonly value="(arc_[^"]+)"', page)
     assert raw is not None
     assert f'HttpBatchSink("http://testserver/api/v1/ingest", api_key="{raw.group(1)}")' in page
-    assert f"arcana trace upload ./traces --server http://testserver --api-key {raw.group(1)}" in page
+    assert f"arcana trace upload ./arcana-traces --server http://testserver --api-key {raw.group(1)}" in page
     assert raw.group(1) not in alice_client.get(url).content.decode()  # shown once
     key = ApiKey.objects.get(key_hash=ApiKey.hash_key(raw.group(1)))
     assert key.scope == "ingest" and key.name == "ci"
