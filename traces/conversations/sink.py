@@ -35,9 +35,11 @@ def record_cancellation(conv: Conversation, reason: str) -> None:
     stopped after a step; this one covers a conversation cancelled between turns (queued, waiting for
     the user, or seen by the worker before the next turn). It belongs to no turn or step
     (docs/trace-format.md), and has one step id per run, so writing it twice stores it once. A run with
-    no event yet gets none: it was cancelled before it began (the conversation says so)."""
-    if not Run.objects.filter(project_id=conv.project_id, run_id=conv.run_id).exists():
-        return
+    no event yet gets none: it was cancelled before it began (the conversation says so); nor does a run
+    whose events already say it was cancelled."""
+    run = Run.objects.filter(project_id=conv.project_id, run_id=conv.run_id).only("status").first()
+    if run is None or run.status == Run.Status.CANCELLED:
+        return  # no event yet, or the runtime's own stop (after a step) already says so
     events: list[dict[str, Any]] = []  # a callable sink gets each event as its dict
     TraceWriter(CallableSink(events.append), conv.run_id).emit(
         "state_change",

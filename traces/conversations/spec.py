@@ -149,24 +149,7 @@ def check_conversation_request(data: Any) -> ConversationSpec:
     if primitives is None:
         primitives = list(scenario.cognitive_primitives) if scenario is not None else []
 
-    window = data.get("context_window")
-    if window is not None and (
-        isinstance(window, bool) or not isinstance(window, int) or not 256 <= window <= 2_000_000
-    ):
-        bad("context_window", "must be an integer from 256 to 2,000,000, or null")
-        window = None
-
-    fraction = data.get("pin_budget_fraction", 0.5)
-    if fraction is None:
-        fraction = 0.5
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
-        bad("pin_budget_fraction", "must be a number in (0, 1]")
-        fraction = 0.5
-
-    snapshots = data.get("prompt_snapshots", True)
-    if not isinstance(snapshots, bool):
-        bad("prompt_snapshots", "must be true or false")
-        snapshots = True
+    window, fraction, snapshots = _check_numbers(data, bad)
 
     agents = _check_agents(data.get("agents"), bad)
     names = [a["name"] for a in agents] if agents else []
@@ -191,6 +174,30 @@ def check_conversation_request(data: Any) -> ConversationSpec:
         script=script,
         agents=agents,
     )
+
+
+def _check_numbers(data: Mapping[str, Any], bad: Any) -> tuple[int | None, float, bool]:
+    """`context_window`, `pin_budget_fraction` and `prompt_snapshots`, each its default when bad
+    (and reported)."""
+    window = data.get("context_window")
+    if window is not None and (
+        isinstance(window, bool) or not isinstance(window, int) or not 256 <= window <= 2_000_000
+    ):
+        bad("context_window", "must be an integer from 256 to 2,000,000, or null")
+        window = None
+
+    fraction = data.get("pin_budget_fraction", 0.5)
+    if fraction is None:
+        fraction = 0.5
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        bad("pin_budget_fraction", "must be a number in (0, 1]")
+        fraction = 0.5
+
+    snapshots = data.get("prompt_snapshots", True)
+    if not isinstance(snapshots, bool):
+        bad("prompt_snapshots", "must be true or false")
+        snapshots = True
+    return window, float(fraction), snapshots
 
 
 def _check_labels(name: Any, tags: Any, bad: Any) -> tuple[str, list[str]]:
