@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import base64
 import re
+from typing import Any
 
-from ._types import DecodeLimits, RejectReason, Span, SpanRejection
+from ._types import DecodeLimits, Event, Link, RejectReason, Scope, Span, SpanRejection
 
 KINDS = ("unspecified", "internal", "server", "client", "producer", "consumer")
 STATUS = ("unset", "ok", "error")
@@ -47,6 +48,38 @@ class SpanReader:
 
     def read(self, body: bytes) -> None:
         raise NotImplementedError
+
+    def accept(
+        self,
+        ids: tuple[str, str, str | None],
+        name: str,
+        kind: int,
+        times: tuple[int, int],
+        status: tuple[int, str],
+        parts: tuple[dict[str, Any], list[Event], list[Link], dict[str, Any], Scope],
+    ) -> None:
+        """Keep one valid span: `ids` (trace, span, parent) in lowercase hex, `kind` and `status`'s
+        code as OTLP's numbers, `parts` its attributes, events, links, resource and scope."""
+        (trace_id, span_id, parent), (code, message) = ids, status
+        attributes, events, links, resource, scope = parts
+        self.spans.append(
+            {
+                "trace_id": trace_id,
+                "span_id": span_id,
+                "parent_span_id": parent,
+                "name": name,
+                "kind": KINDS[kind] if 0 <= kind < 6 else "unspecified",  # type: ignore[typeddict-item]
+                "start_time": times[0],
+                "end_time": times[1],
+                "status": {"code": STATUS[code] if 0 <= code < 3 else "unset", "message": message},  # type: ignore[typeddict-item]
+                "attributes": attributes,
+                "events": events,
+                "links": links,
+                "resource": resource,
+                "scope": scope,
+            }
+        )
+        self.index += 1
 
     def reject(self, r: Reject, trace_id: str | None = None, span_id: str | None = None) -> None:
         self.rejections.append(

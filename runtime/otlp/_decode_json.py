@@ -114,24 +114,14 @@ class JsonReader(SpanReader):
         except Reject as r:
             self.reject(r, *_json_ids(sp))
             return
-        self.spans.append(
-            {
-                "trace_id": tid,
-                "span_id": sid,
-                "parent_span_id": pid,
-                "name": name,
-                "kind": KINDS[kind] if 0 <= kind < 6 else "unspecified",  # type: ignore[typeddict-item]
-                "start_time": start,
-                "end_time": end,
-                "status": {"code": STATUS[code] if 0 <= code < 3 else "unset", "message": message},  # type: ignore[typeddict-item]
-                "attributes": attributes,
-                "events": events,
-                "links": links,
-                "resource": resource,
-                "scope": scope,
-            }
+        self.accept(
+            (tid, sid, pid),
+            name,
+            kind,
+            (start, end),
+            (code, message),
+            (attributes, events, links, resource, scope),
         )
-        self.index += 1
 
     def events(self, raw_events: Any) -> list[Event]:
         if not isinstance(raw_events, list):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import OtlpDecodeError, OtlpDependencyError
-from ._decode_checks import KINDS, MAX_TIME_NS, STATUS, Reject, SpanReader, b64, float_value
+from ._decode_checks import MAX_TIME_NS, Reject, SpanReader, b64, float_value
 from ._types import Event, Link, Scope
 
 _ZERO16, _ZERO8 = bytes(16), bytes(8)
@@ -208,24 +208,14 @@ class ProtobufReader(SpanReader):
         except Reject as r:
             self.reject(r, *_pb_ids(tid, sid))
             return
-        self.spans.append(
-            {
-                "trace_id": tid.hex(),
-                "span_id": sid.hex(),
-                "parent_span_id": pid.hex() if pid and pid != _ZERO8 else None,
-                "name": name,
-                "kind": KINDS[kind] if 0 <= kind < 6 else "unspecified",  # type: ignore[typeddict-item]
-                "start_time": start,
-                "end_time": end,
-                "status": {"code": STATUS[code] if 0 <= code < 3 else "unset", "message": message},  # type: ignore[typeddict-item]
-                "attributes": attributes,
-                "events": events,
-                "links": links,
-                "resource": resource,
-                "scope": scope,
-            }
+        self.accept(
+            (tid.hex(), sid.hex(), pid.hex() if pid and pid != _ZERO8 else None),
+            name,
+            kind,
+            (start, end),
+            (code, message),
+            (attributes, events, links, resource, scope),
         )
-        self.index += 1
 
     def events(self, pb_events: Any) -> list[Event]:
         self.count(len(pb_events), self.max_events, "events")

@@ -7,21 +7,15 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from .._trace import ENVELOPE_KEYS as TRACE_ENVELOPE_KEYS
 from .._trace import OTLP_PRODUCER
 from ._types import OtlpStep
 
-ENVELOPE_KEYS = (
-    "task_id",
-    "state_before_hash",
-    "state_after_hash",
-    "llm_request_digest",
-    "llm_response_digest",
-    "model",
-    "llm_latency_ms",
-    "tool_call",
-    "budgets",
-    "stop_reason",
-    "stop_detail",
+#: The envelope's keys other than the ones every derived event sets itself (`EventWriter.emit`).
+ENVELOPE_KEYS = tuple(
+    k
+    for k in TRACE_ENVELOPE_KEYS
+    if k not in ("run_id", "step_id", "parent_step_id", "timestamp", "role", "event_type", "metadata")
 )
 
 
