@@ -199,6 +199,39 @@ def two_runs(w: World) -> dict[str, Any]:
     return {"a": ref, "b": ref}
 
 
+# Scores (issue 36): a config and scores made on demand, so every case finds what it needs.
+
+
+def score_config(w: World) -> Any:
+    from traces.models import ScoreConfig
+
+    return ScoreConfig.objects.get_or_create(
+        project=w.project, name="helpfulness", defaults={"kind": "numeric", "min_value": 1, "max_value": 5}
+    )[0]
+
+
+def fresh_score(w: World, author: str = "member") -> int:
+    from traces.models import Score
+
+    config = score_config(w)
+    return Score.objects.create(
+        project=w.project, config=config, name=config.name, run_id=w.run.run_id, value=3, source="person",
+        author=w.users[author], author_label=author,
+    ).pk  # fmt: skip
+
+
+def kept_score(w: World) -> int:
+    """The member's score that PATCH cases edit (one per world)."""
+    if "_score" not in w.__dict__:
+        w.__dict__["_score"] = fresh_score(w)
+    return int(w.__dict__["_score"])
+
+
+def score_batch(w: World) -> dict[str, Any]:
+    score_config(w)
+    return {"project": w.project.pk, "scores": [{"name": "helpfulness", "value": 4, "run_id": w.run.run_id}]}
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -505,6 +538,33 @@ TABLE: dict[str, list[Case]] = {
         ),
         Case("DELETE", lambda w: {"note_id": w.fresh_note()}, E(401, 404, 403, 204, 204, 204)),
         Case("DELETE", lambda w: {"note_id": w.fresh_note("admin")}, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    # Scores (issue 36): viewers read, members score, admins manage configs; the notes' edit rule.
+    "api/v1/scores": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case("POST", none, E(401, 404, 403, 200, 200, 200), data=score_batch, json=True),
+    ],
+    "api/v1/scores/<score_id>": [
+        Case("GET", lambda w: {"score_id": kept_score(w)}, API_READ),
+        Case(
+            "PATCH",
+            lambda w: {"score_id": kept_score(w)},
+            E(401, 404, 403, 200, 403, 403),
+            data=lambda w: {"value": 5},
+            json=True,
+        ),
+        Case("DELETE", lambda w: {"score_id": fresh_score(w)}, E(401, 404, 403, 204, 204, 204)),
+        Case("DELETE", lambda w: {"score_id": fresh_score(w, "admin")}, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    "api/v1/score-configs": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 403, 201, 201),
+            data=lambda w: {"project": w.project.pk, "name": f"c{next(w.counter)}", "kind": "boolean"},
+            json=True,
+        ),
     ],  # fmt: skip
 }
 
