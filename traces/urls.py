@@ -15,6 +15,7 @@ from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
 from traces.ingest import views as ingest_views
 from traces.runs import views
+from traces.scores import views as views_scores
 from traces.teams import views as team_views
 
 app_name = "traces"
@@ -80,6 +81,19 @@ urlpatterns = [
     path("notes/<id:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
     path("notes/<id:note_id>/edit", views_collab.note_edit, name="note_edit"),
     path("notes/<id:note_id>/delete", views_collab.note_delete, name="note_delete"),
+    # Scores (issue 36; traces/scores/views.py): scoring where you read, the project's scores page.
+    path(
+        "projects/<id:project_id>/runs/<run_id:run_id>/scores", views_scores.score_create, name="score_create"
+    ),
+    path("scores/<id:score_id>/delete", views_scores.score_delete, name="score_delete"),
+    path("projects/<id:project_id>/scores", views_scores.project_scores, name="project_scores"),
+    path("projects/<id:project_id>/scores/export", views_scores.scores_export, name="scores_export"),
+    path("projects/<id:project_id>/score-configs", views_scores.config_create, name="score_config_create"),
+    path(
+        "projects/<id:project_id>/score-configs/<id:config_id>",
+        views_scores.config_change,
+        name="score_config_change",
+    ),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),

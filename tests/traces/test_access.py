@@ -421,6 +421,37 @@ TABLE: dict[str, list[Case]] = {
         Case("POST", lambda w: {"note_id": w.fresh_note()}, E(302, 404, 403, 302, 302, 302)),
         Case("POST", lambda w: {"note_id": w.fresh_note("admin")}, E(302, 404, 403, 403, 302, 302)),
     ],
+    # Scores (pages; issue 36)
+    "projects/<project_id>/runs/<run_id>/scores": [
+        Case(
+            "POST",
+            run_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"run_id": w.run.run_id, f"value.{score_config(w).name}": "3"},
+        ),
+    ],  # fmt: skip
+    "scores/<score_id>/delete": [
+        Case("POST", lambda w: {"score_id": fresh_score(w)}, E(302, 404, 403, 302, 302, 302)),
+        Case("POST", lambda w: {"score_id": fresh_score(w, "admin")}, E(302, 404, 403, 403, 302, 302)),
+    ],
+    "projects/<project_id>/scores": [Case("GET", lambda w: {"project_id": w.project.pk}, PAGE_READ)],
+    "projects/<project_id>/scores/export": [Case("GET", lambda w: {"project_id": w.project.pk}, PAGE_READ)],
+    "projects/<project_id>/score-configs": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"name": f"c{next(w.counter)}", "kind": "boolean"},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/score-configs/<config_id>": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "config_id": score_config(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"description": f"d{next(w.counter)}"},
+        ),
+    ],  # fmt: skip
     "s/<token>": [
         Case("GET", share_kw, SHARED),
         Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),

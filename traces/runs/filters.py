@@ -2,7 +2,9 @@
 
 One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
 `project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
-`had_compaction`, `lost_instruction`, `started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
+`had_compaction`, `lost_instruction`, `started_after`, `started_before`, `q` and `score` (issue 36:
+`score=helpfulness>=4;kept_constraint=true`, or `score.helpfulness>=4` as people type it; the syntax is
+`traces/scores/expressions.py`). The page's older names keep working, so bookmarks do not
 break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
 `pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
 
@@ -25,6 +27,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from traces.models import ContextDecision, Pin, Run, Turn
+from traces.scores import expressions as score_expressions
 
 #: The page's older parameter names and the ones they stand for.
 ALIASES = {"from": "started_after", "pins": "has_pins", "recalls": "has_recalls"}
@@ -69,6 +72,23 @@ class InstantField(forms.Field):
         return parsed
 
 
+class ScoreConditionsField(forms.Field):
+    """Score conditions (`helpfulness>=4;kept_constraint=true`), parsed; empty means unset."""
+
+    def to_python(self, value: Any) -> list[score_expressions.Condition] | None:
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return None
+        try:
+            return score_expressions.parse_all(text[:2000])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ScoreConditionsFilter(django_filters.Filter):
+    field_class = ScoreConditionsField
+
+
 class FlagFilter(django_filters.Filter):
     field_class = FlagField
 
@@ -97,6 +117,7 @@ def with_aliases(data: Any) -> QueryDict | None:
     for old, new in ALIASES.items():
         if old in query and new not in query:
             query.setlist(new, query.getlist(old))
+    score_expressions.gather(query)  # `score.helpfulness>=4` → `score=helpfulness>=4` (issue 36)
     if "to" in query and "started_before" not in query:
         day = parse_date(str(query["to"]).strip()) if query["to"] else None
         if day is not None and day < dt.date.max:
@@ -133,6 +154,11 @@ class RunFilter(django_filters.FilterSet):
         lookup_expr="lt",
         help_text="started before (date or date-time; alias `to`, the last day inclusive)",
     )
+    score = ScoreConditionsFilter(
+        method="filter_score",
+        help_text="score conditions, `;`-separated: `helpfulness>=4;kept_constraint=true;tone=curt` "
+        "(also `score.helpfulness>=4` as a parameter of its own); a run matches when one of its scores does",
+    )
     q = django_filters.CharFilter(
         method="search", max_length=200, help_text="text in the run id, a pin's label or content, or a pin id"
     )
@@ -162,6 +188,11 @@ class RunFilter(django_filters.FilterSet):
         lost = ContextDecision.objects.filter(run=OuterRef("pk"), report__has_key="lost_instructions")
         return qs.filter(Exists(lost)) if value else qs.exclude(Exists(lost))
 
+    def filter_score(
+        self, qs: QuerySet[Run], name: str, value: list[score_expressions.Condition] | None
+    ) -> QuerySet[Run]:
+        return score_expressions.apply(qs, value) if value else qs
+
     def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         text = value.strip()
         if not text:
@@ -179,6 +210,7 @@ class RunFilter(django_filters.FilterSet):
         cleaned = getattr(self.form, "cleaned_data", {})
         values = {name: cleaned.get(name) for name in self.filters}
         values["active"] = any(v not in (None, "") for v in values.values())
+        values["score_text"] = "; ".join(map(str, values.get("score") or []))
         # The page's "to" field shows the last day included (`started_before` is the day after).
         before = values.get("started_before")
         values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None

@@ -31,6 +31,8 @@ from traces.runs.context import (
     turn_ctx,
 )
 from traces.runs.filters import RunFilter
+from traces.scores import summaries as score_summaries
+from traces.scores.views import score_panel_ctx
 from traces.teams.views import current_team_id
 
 RUNS_PER_PAGE = 50
@@ -78,6 +80,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
+    score_summaries.attach(rows)  # the Scores column (issue 36): one query for the page
     ctx: dict[str, Any] = {
         "page": page,
         "runs": rows,
@@ -111,6 +114,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     membership = membership_of(request.user, run.project.team_id)
     ctx.update(notes.note_perm_ctx(membership))
     ctx.update(sharing.share_panel_ctx(request, run, membership))
+    ctx.update(score_panel_ctx(run, membership))  # scores (issue 36)
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
@@ -166,6 +170,8 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     run = access.get_run(request, project_id, run_id)
     agent = agent_for(request, run)
     ctx = turn_ctx(request, run, agent, number)
+    # Scores (issue 36), for the caller's role that the note forms read (turn_ctx's `note_member`).
+    ctx.update(score_panel_ctx(run, ctx.get("note_member"), agent=agent, turn=number))
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     return render(request, "traces/turn.html", ctx)
 

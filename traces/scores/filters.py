@@ -9,7 +9,7 @@ import django_filters
 from traces.models import Score
 
 
-class ScoreFilter(django_filters.FilterSet):
+class ScoreFilter(django_filters.FilterSet):  # type: ignore[misc]  # django-filter has no stubs
     project = django_filters.NumberFilter(field_name="project_id", help_text="project id")
     run_id = django_filters.CharFilter(max_length=200)
     name = django_filters.CharFilter(max_length=64, help_text="the score config's name")

@@ -50,9 +50,10 @@ class ScoreSerializer(serializers.Serializer[Score]):
     step = serializers.IntegerField(source="step_number", allow_null=True)
     target = serializers.ChoiceField(choices=Score.Target.values)
     name = serializers.CharField()
-    value = serializers.SerializerMethodField(help_text="a number, true/false, or a category")
+    value = serializers.SerializerMethodField("value_of", help_text="a number, true/false, or a category")
     comment = serializers.CharField()
-    source = serializers.ChoiceField(choices=Score.Source.values)
+    # A declared field (DRF's metaclass moves it off the class), not Field.source.
+    source = serializers.ChoiceField(choices=Score.Source.values)  # type: ignore[assignment]
     author = serializers.CharField(
         source="author_label", help_text="who wrote it: a user, an API key, a judge"
     )
@@ -63,7 +64,7 @@ class ScoreSerializer(serializers.Serializer[Score]):
     run_url = serializers.SerializerMethodField()
     page_url = serializers.SerializerMethodField()
 
-    def get_value(self, score: Score) -> Any:
+    def value_of(self, score: Score) -> Any:
         return typed_value(score)
 
     def get_judge(self, score: Score) -> dict[str, Any] | None:

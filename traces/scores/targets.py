@@ -131,12 +131,12 @@ def check_addresses(
         return settled, errors
     run_pks = {pks[a.run_id] for _, a in below}
     turn_numbers = {a.turn for _, a in below}
-    turns = set(
+    turns: set[tuple[Any, ...]] = set(
         Turn.objects.filter(run__in=run_pks, number__in=turn_numbers).values_list("run", "agent", "number")
     )
     stepped = [(i, a) for i, a in below if a.step is not None]
-    steps: set[tuple[int, str, int, int]] = set()
-    decisions: dict[tuple[int, str, int, int], bool] = {}
+    steps: set[tuple[Any, ...]] = set()
+    decisions: dict[tuple[Any, ...], bool] = {}
     if stepped:
         step_numbers = {a.step for _, a in stepped}
         steps = set(
