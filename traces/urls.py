@@ -16,9 +16,12 @@ from traces.core import converters  # noqa: F401  (registers the `id` and `run_i
 from traces.ingest import views as ingest_views
 from traces.runs import views
 from traces.scores import views as views_scores
+from traces.scores import views_queues
 from traces.teams import views as team_views
 
 app_name = "traces"
+
+REVIEW = "projects/<id:project_id>/queues/<id:queue_id>/items/<id:item_id>"  # a review queue's item
 
 urlpatterns = [
     path("", views.runs, name="runs"),
@@ -94,6 +97,14 @@ urlpatterns = [
         views_scores.config_change,
         name="score_config_change",
     ),
+    # Review queues (traces/scores/views_queues.py).
+    path("projects/<id:project_id>/queues", views_queues.queue_create, name="queue_create"),
+    path("projects/<id:project_id>/queues/<id:queue_id>", views_queues.queue_page, name="queue"),
+    path("projects/<id:project_id>/queues/<id:queue_id>/take", views_queues.queue_take, name="queue_take"),
+    path(REVIEW, views_queues.review_item, name="review_item"),
+    path(f"{REVIEW}/score", views_queues.review_score, name="review_score"),
+    path(f"{REVIEW}/skip", views_queues.review_skip, name="review_skip"),
+    path(f"{REVIEW}/release", views_queues.review_release, name="review_release"),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),

@@ -232,6 +232,36 @@ def score_batch(w: World) -> dict[str, Any]:
     return {"project": w.project.pk, "scores": [{"name": "helpfulness", "value": 4, "run_id": w.run.run_id}]}
 
 
+def queue(w: World) -> Any:
+    from traces.models import ReviewQueue
+
+    q, made = ReviewQueue.objects.get_or_create(project=w.project, name="access")
+    if made:
+        q.configs.set([score_config(w)])
+    return q
+
+
+def item_kw(w: World, actor: str = "member", run_id: str | None = None) -> dict[str, Any]:
+    """A review item held by `actor` (of a fresh run id unless `run_id`), as URL arguments."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from traces.models import ReviewItem
+
+    q = queue(w)
+    item, _ = ReviewItem.objects.update_or_create(
+        queue=q,
+        run_id=run_id or f"gone-{next(w.counter)}",
+        defaults={
+            "assignee": w.users[actor],
+            "status": "assigned",
+            "locked_until": timezone.now() + dt.timedelta(hours=1),
+        },
+    )
+    return {"project_id": w.project.pk, "queue_id": q.pk, "item_id": item.pk}
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -452,6 +482,49 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"description": f"d{next(w.counter)}"},
         ),
     ],  # fmt: skip
+    "projects/<project_id>/queues": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"name": "q", "filter": "", "configs": [score_config(w).pk]},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/queues/<queue_id>": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk}, PAGE_READ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/take": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk},
+            E(302, 404, 403, 302, 302, 302),
+        ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>": [
+        Case(
+            "GET", lambda w: item_kw(w, run_id=w.run.run_id), PAGE_READ, note="the form is the holder's only"
+        ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/score": [
+        Case(
+            "POST",
+            item_kw,
+            E(302, 404, 403, 302, 403, 403),
+            data=lambda w: {"value.helpfulness": "3"},
+            note="the member holds the item",
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/skip": [
+        Case("POST", item_kw, E(302, 404, 403, 302, 403, 403), note="the member holds the item"),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/release": [
+        Case(
+            "POST",
+            item_kw,
+            E(302, 404, 403, 302, 302, 302),
+            note="only the holder's release changes anything",
+        ),
+    ],
     "s/<token>": [
         Case("GET", share_kw, SHARED),
         Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),
