@@ -16,7 +16,7 @@ from traces.core import converters  # noqa: F401  (registers the `id` and `run_i
 from traces.ingest import views as ingest_views
 from traces.runs import views
 from traces.scores import views as views_scores
-from traces.scores import views_queues
+from traces.scores import views_judges, views_queues
 from traces.teams import views as team_views
 
 app_name = "traces"
@@ -105,6 +105,26 @@ urlpatterns = [
     path(f"{REVIEW}/score", views_queues.review_score, name="review_score"),
     path(f"{REVIEW}/skip", views_queues.review_skip, name="review_skip"),
     path(f"{REVIEW}/release", views_queues.review_release, name="review_release"),
+    # Judges (traces/scores/views_judges.py).
+    path("projects/<id:project_id>/judges", views_judges.judge_create, name="judge_create"),
+    path(
+        "projects/<id:project_id>/judges/<id:judge_id>/runs",
+        views_judges.judge_run_start,
+        name="judge_run_start",
+    ),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>", views_judges.judge_run_page, name="judge_run"
+    ),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>/cancel",
+        views_judges.judge_run_cancel,
+        name="judge_run_cancel",
+    ),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>/again",
+        views_judges.judge_run_again,
+        name="judge_run_again",
+    ),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),

@@ -262,6 +262,32 @@ def item_kw(w: World, actor: str = "member", run_id: str | None = None) -> dict[
     return {"project_id": w.project.pk, "queue_id": q.pk, "item_id": item.pk}
 
 
+def judge(w: World) -> Any:
+    from traces.models import Judge
+
+    return Judge.objects.get_or_create(
+        project=w.project,
+        name="access",
+        defaults={
+            "provider": "scripted",
+            "model": "judge-heuristic",
+            "prompt": "{{ last_answer }}",
+            "config": score_config(w),
+        },
+    )[0]
+
+
+def judge_run_kw(w: World) -> dict[str, Any]:
+    """A fresh queued judge run (a cancel moves it on)."""
+    from traces.models import JudgeRun
+
+    j = judge(w)
+    jr = JudgeRun.objects.create(
+        judge=j, project=w.project, provider=j.provider, model=j.model, prompt=j.prompt
+    )
+    return {"project_id": w.project.pk, "judge_run_id": jr.pk}
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -524,6 +550,35 @@ TABLE: dict[str, list[Case]] = {
             E(302, 404, 403, 302, 302, 302),
             note="only the holder's release changes anything",
         ),
+    ],
+    "projects/<project_id>/judges": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {
+                "name": f"j{next(w.counter)}",
+                "model": "scripted/judge-heuristic",
+                "prompt": "{{ last_answer }}",
+                "config": score_config(w).pk,
+            },
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/judges/<judge_id>/runs": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"filter": "", "max_runs": "1"},
+            note="queued on commit (never, in this test)",
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/judge-runs/<judge_run_id>": [Case("GET", judge_run_kw, PAGE_READ)],
+    "projects/<project_id>/judge-runs/<judge_run_id>/cancel": [
+        Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),
+    ],
+    "projects/<project_id>/judge-runs/<judge_run_id>/again": [
+        Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),
     ],
     "s/<token>": [
         Case("GET", share_kw, SHARED),

@@ -28,15 +28,34 @@ Status = ReviewItem.Status
 MAX_DAYS = 3650
 
 
-def runs_of(queue: ReviewQueue) -> QuerySet[Run]:
-    """The runs the queue's filter matches now (leniently: a value that no longer parses is left out)."""
-    query = QueryDict(queue.filter, mutable=True)
+def runs_matching(project_id: int, filter_text: str) -> QuerySet[Run]:
+    """The runs of a project a saved filter matches now (leniently: a value that no longer parses
+    is left out); `days=N` keeps those started in the last N days. Queues and judge runs use it."""
+    query = QueryDict(filter_text, mutable=True)
     days = query.pop("days", [""])[-1]
     if days.isdigit() and 0 < int(days) <= MAX_DAYS:
         query["started_after"] = (timezone.now() - dt.timedelta(days=int(days))).isoformat()
-    query.pop("project", None)  # the queue's project, always
-    scope = Run.objects.filter(project_id=queue.project_id)
-    return RunFilter(query, queryset=scope).qs
+    query.pop("project", None)  # the saved filter's own project, always
+    return RunFilter(query, queryset=Run.objects.filter(project_id=project_id)).qs
+
+
+def runs_of(queue: ReviewQueue) -> QuerySet[Run]:
+    return runs_matching(queue.project_id, queue.filter)
+
+
+def check_filter(query: QueryDict) -> str:
+    """A saved filter's text, checked like the API checks the runs filter (`ScoreError` naming the
+    parameter at fault)."""
+    query = query.copy()
+    query.pop("page", None)
+    days = query.get("days", "")
+    if days and not (days.isdigit() and 0 < int(days) <= MAX_DAYS):
+        raise ScoreError("filter", f"days is a whole number of days, 1 to {MAX_DAYS}")
+    probe = RunFilter({k: v for k, v in query.items() if k != "days"}, queryset=Run.objects.none())
+    if not probe.is_valid():
+        field, errors = next(iter(probe.errors.items()))
+        raise ScoreError("filter", f"{field}: {' '.join(errors)}")
+    return str(query.urlencode())
 
 
 def check_queue(project: Project, data: Any) -> dict[str, Any]:
@@ -46,15 +65,7 @@ def check_queue(project: Project, data: Any) -> dict[str, Any]:
     if not name:
         raise ScoreError("name", "give the queue a name")
     raw_filter = text_field(data, "filter", 2000).strip().lstrip("?")
-    query = QueryDict(raw_filter, mutable=True)
-    query.pop("page", None)
-    days = query.get("days", "")
-    if days and not (days.isdigit() and 0 < int(days) <= MAX_DAYS):
-        raise ScoreError("filter", f"days is a whole number of days, 1 to {MAX_DAYS}")
-    probe = RunFilter({k: v for k, v in query.items() if k != "days"}, queryset=Run.objects.none())
-    if not probe.is_valid():
-        field, errors = next(iter(probe.errors.items()))
-        raise ScoreError("filter", f"{field}: {' '.join(errors)}")
+    saved = check_filter(QueryDict(raw_filter))
     ids = data.getlist("configs") if hasattr(data, "getlist") else data.get("configs") or []
     configs = list(
         ScoreConfig.objects.filter(
@@ -72,7 +83,7 @@ def check_queue(project: Project, data: Any) -> dict[str, Any]:
     return {
         "name": name,
         "description": text_field(data, "description", 500).strip(),
-        "filter": query.urlencode(),
+        "filter": saved,
         "configs": configs,
         "lock_seconds": minutes * 60,
     }

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from traces.core import access
 from traces.models import (
     Action,
+    Judge,
     JudgeRun,
     Membership,
     Project,
@@ -33,7 +34,7 @@ from traces.models import (
     ScoreConfig,
     membership_of,
 )
-from traces.scores import actions, charts, export, forms, summaries
+from traces.scores import actions, charts, export, forms, judges, judging, summaries
 from traces.scores.filters import ScoreFilter
 from traces.scores.targets import ScoreError
 
@@ -155,6 +156,9 @@ def project_scores(request: HttpRequest, project_id: int) -> HttpResponse:
         "kinds": ScoreConfig.Kind.choices,
         "queues": list(ReviewQueue.objects.filter(project=project).prefetch_related("configs")),
         "judge_runs": list(JudgeRun.objects.filter(project=project).select_related("judge")[:20]),
+        "judges": list(Judge.objects.filter(project=project).select_related("config")),
+        "judge_models": judges.models_offered(),
+        "judge_variables": judging.VARIABLES,
         "recent": list(Score.objects.filter(project=project).order_by("-created_at", "-id")[:20]),
     }
     return render(request, "traces/scores/project.html", ctx)

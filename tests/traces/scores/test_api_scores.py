@@ -93,7 +93,8 @@ def test_bad_items_are_refused_with_the_one_error_shape_and_the_others_written(
 
 
 def test_a_body_that_is_no_batch_is_a_400_in_the_one_shape(bob_client: Client, project: Project) -> None:
-    for body in ([], {"scores": {}}, {"scores": []}, "x"):
+    bodies: list[Any] = [[], {"scores": {}}, {"scores": []}, "x"]
+    for body in bodies:
         r = post(bob_client, body)
         assert r.status_code == 400
         assert set(r.json()) == {"error", "detail"}
@@ -182,7 +183,7 @@ def test_configs_are_made_by_admins_only_and_checked(
     assert (
         alice_client.post("/api/v1/score-configs", body, content_type="application/json").status_code == 400
     )
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"name": "Bad Name", "kind": "boolean"},
         {"name": "x", "kind": "numeric", "min_value": 5, "max_value": 1},
         {"name": "y", "kind": "categorical", "categories": ["only"]},

@@ -182,7 +182,7 @@ def test_scores_export_as_csv_and_jsonl(
     )
     r = alice_client.get(f"/projects/{project.pk}/scores/export", {"format": "csv"})
     assert r["Content-Type"].startswith("text/csv")
-    rows = list(csv.DictReader(io.StringIO(b"".join(r.streaming_content).decode())))  # type: ignore[arg-type]
+    rows = list(csv.DictReader(io.StringIO(b"".join(r.streaming_content).decode())))  # type: ignore[attr-defined]
     assert [(x["name"], x["value"], x["turn"]) for x in rows] == [
         ("helpfulness", "4.0", ""),
         ("kept_constraint", "False", "2"),
@@ -191,6 +191,6 @@ def test_scores_export_as_csv_and_jsonl(
     r = alice_client.get(
         f"/projects/{project.pk}/scores/export", {"format": "jsonl", "name": "kept_constraint"}
     )
-    lines = [json.loads(x) for x in b"".join(r.streaming_content).decode().splitlines()]  # type: ignore[arg-type]
+    lines = [json.loads(x) for x in b"".join(r.streaming_content).decode().splitlines()]  # type: ignore[attr-defined]
     assert len(lines) == 1 and lines[0]["value"] is False and lines[0]["target"] == "turn"
     assert alice_client.get(f"/projects/{project.pk}/scores/export", {"format": "xml"}).status_code == 400
