@@ -133,7 +133,8 @@ class Score(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
-            models.Index(fields=["project", "run_id"], name="score_project_run_idx"),
+            # A run's scores (its page), and the runs filter's EXISTS by the run's address and the name.
+            models.Index(fields=["project", "run_id", "name", "value"], name="score_project_run_idx"),
             models.Index(fields=["project", "name", "value"], name="score_project_name_value_idx"),
             models.Index(fields=["project", "-created_at"], name="score_project_created_idx"),
         ]
