@@ -2,9 +2,9 @@
 
 One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
 `project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
-`had_compaction`, `lost_instruction`, `started_after`, `started_before`, `q` and `score` (issue 36:
+`had_compaction`, `lost_instruction`, `started_after`, `started_before`, `q`, `score` (issue 36:
 `score=helpfulness>=4;kept_constraint=true`, or `score.helpfulness>=4` as people type it; the syntax is
-`traces/scores/expressions.py`). The page's older names keep working, so bookmarks do not
+`traces/scores/expressions.py`) and `sort` (`-score.helpfulness`; newest first without it). The page's older names keep working, so bookmarks do not
 break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
 `pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
 
@@ -89,6 +89,23 @@ class ScoreConditionsFilter(django_filters.Filter):
     field_class = ScoreConditionsField
 
 
+class ScoreSortField(forms.Field):
+    """`score.<name>` or `-score.<name>`, parsed to (name, descending); empty means unset."""
+
+    def to_python(self, value: Any) -> tuple[str, bool] | None:
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return None
+        try:
+            return score_expressions.parse_sort(text[:100])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ScoreSortFilter(django_filters.Filter):
+    field_class = ScoreSortField
+
+
 class FlagFilter(django_filters.Filter):
     field_class = FlagField
 
@@ -159,6 +176,11 @@ class RunFilter(django_filters.FilterSet):
         help_text="score conditions, `;`-separated: `helpfulness>=4;kept_constraint=true;tone=curt` "
         "(also `score.helpfulness>=4` as a parameter of its own); a run matches when one of its scores does",
     )
+    sort = ScoreSortFilter(
+        method="sort_by_score",
+        help_text="`-score.helpfulness`: highest mean helpfulness first (`score.helpfulness`: lowest first); "
+        "runs without that score last. Without it, newest first",
+    )
     q = django_filters.CharFilter(
         method="search", max_length=200, help_text="text in the run id, a pin's label or content, or a pin id"
     )
@@ -193,6 +215,9 @@ class RunFilter(django_filters.FilterSet):
     ) -> QuerySet[Run]:
         return score_expressions.apply(qs, value) if value else qs
 
+    def sort_by_score(self, qs: QuerySet[Run], name: str, value: tuple[str, bool] | None) -> QuerySet[Run]:
+        return score_expressions.sort(qs, *value) if value else qs
+
     def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         text = value.strip()
         if not text:
@@ -211,6 +236,8 @@ class RunFilter(django_filters.FilterSet):
         values = {name: cleaned.get(name) for name in self.filters}
         values["active"] = any(v not in (None, "") for v in values.values())
         values["score_text"] = "; ".join(map(str, values.get("score") or []))
+        sort = values.get("sort")
+        values["sort_text"] = f"{'-' if sort[1] else ''}score.{sort[0]}" if sort else ""
         # The page's "to" field shows the last day included (`started_before` is the day after).
         before = values.get("started_before")
         values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None

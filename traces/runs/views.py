@@ -71,7 +71,9 @@ def runs(request: HttpRequest) -> HttpResponse:
     # The API's filter, lenient here: a bad value is left out and the others still filter.
     run_filter = RunFilter(request.GET, queryset=scope)
     filters = run_filter.values
-    qs = run_filter.qs.select_related("project__team").order_by("-started_at", "-id")
+    qs = run_filter.qs.select_related("project__team")
+    if not qs.query.order_by:  # newest first, unless sorted by a score (`sort`, issue 36)
+        qs = qs.order_by("-started_at", "-id")
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -100,6 +102,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             render(request, "traces/_runs_table.html", ctx), tag
         )
     ctx["choices"] = queries.filter_choices(access.runs(request), access.projects(request))
+    ctx["score_names"] = score_summaries.names(access.projects(request))  # the sort's choices (issue 36)
     ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
     ctx["can_start_runs"] = access.projects(request, Action.CONVERSE).exists()
     return render(request, "traces/runs.html", ctx)

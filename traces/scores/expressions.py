@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Avg, Exists, F, OuterRef, QuerySet, Subquery
 
 from traces.models import Score
 
@@ -133,3 +133,35 @@ def apply(qs: QuerySet[Any], conditions: list[Condition]) -> QuerySet[Any]:
         candidates = cond.matching(Score.objects.filter(project_id__in=projects, name=cond.name))
         qs = qs.filter(run_id__in=candidates.values("run_id")).filter(Exists(cond.scores()))
     return qs
+
+
+_SORT = re.compile(r"^(-?)score\.([a-z][a-z0-9_]{0,63})$")
+
+
+def parse_sort(text: str) -> tuple[str, bool]:
+    """`score.<name>` (lowest first) or `-score.<name>` (highest first): (name, descending), or
+    `ValueError`.
+
+    >>> parse_sort("-score.helpfulness")
+    ('helpfulness', True)
+    """
+    m = _SORT.match(text.strip())
+    if m is None:
+        raise ValueError("score.<name> (lowest first) or -score.<name> (highest first)")
+    return m.group(2), m.group(1) == "-"
+
+
+def sort(qs: QuerySet[Any], name: str, descending: bool) -> QuerySet[Any]:
+    """Runs ordered by the mean of their scores of `name` (every target; a boolean's share of true),
+    runs without one last, then newest first."""
+    mean = (
+        Score.objects.filter(project_id=OuterRef("project_id"), run_id=OuterRef("run_id"), name=name)
+        .order_by()
+        .values("run_id")
+        .annotate(mean=Avg("value"))
+        .values("mean")
+    )
+    key = F("score_sort")
+    return qs.annotate(score_sort=Subquery(mean)).order_by(
+        key.desc(nulls_last=True) if descending else key.asc(nulls_last=True), "-started_at", "-pk"
+    )

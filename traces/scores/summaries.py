@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Avg, Count
+from django.db.models import Avg, Count, QuerySet
 
-from traces.models import Run, Score
+from traces.models import Project, Run, Score, ScoreConfig
 
 
 @dataclass
@@ -57,6 +57,11 @@ def summaries(pairs: Iterable[tuple[int, str]]) -> dict[tuple[int, str], list[Su
         elif row["mean"] is not None:
             s.mean = row["mean"]
     return {k: sorted(v.values(), key=lambda s: s.name) for k, v in out.items()}
+
+
+def names(projects: QuerySet[Project]) -> list[str]:
+    """The score config names of these projects (the runs list's sort choices), sorted."""
+    return sorted(set(ScoreConfig.objects.filter(project__in=projects).values_list("name", flat=True)))
 
 
 def attach(runs: list[Run]) -> None:

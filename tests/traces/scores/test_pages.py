@@ -194,3 +194,31 @@ def test_scores_export_as_csv_and_jsonl(
     lines = [json.loads(x) for x in b"".join(r.streaming_content).decode().splitlines()]  # type: ignore[attr-defined]
     assert len(lines) == 1 and lines[0]["value"] is False and lines[0]["target"] == "turn"
     assert alice_client.get(f"/projects/{project.pk}/scores/export", {"format": "xml"}).status_code == 400
+
+
+def test_the_runs_list_sorts_by_a_score(
+    alice_client: Client, alice: Any, project: Project, run: Run, compacted: Run, configs: Any
+) -> None:
+    give(
+        project,
+        alice,
+        {"name": "helpfulness", "value": 2, "run_id": run.run_id},
+        {"name": "helpfulness", "value": 4, "run_id": run.run_id, "turn": 1},  # mean 3
+        {"name": "helpfulness", "value": 5, "run_id": COMPACTED},
+    )
+    from tests.traces.views_helpers import ingest_live_run
+
+    ingest_live_run(project, "unscored-run")  # the newest run, without a score: last either way
+
+    def api(sort: str) -> list[str]:
+        r = alice_client.get("/api/v1/runs", {"sort": sort})
+        assert r.status_code == 200, r.json()
+        return [x["run_id"] for x in r.json()["results"]]
+
+    assert api("-score.helpfulness") == [COMPACTED, run.run_id, "unscored-run"]
+    assert api("score.helpfulness") == [run.run_id, COMPACTED, "unscored-run"]
+    assert api("")[0] == "unscored-run"  # newest first without it
+    assert alice_client.get("/api/v1/runs", {"sort": "helpfulness"}).status_code == 400
+    page = alice_client.get("/", {"sort": "score.helpfulness"}).content.decode()
+    assert page.index(run.run_id[:8]) < page.index(COMPACTED[:8]) < page.index("unscored")
+    assert '<option value="score.helpfulness" selected>' in page
