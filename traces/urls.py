@@ -88,6 +88,7 @@ urlpatterns = [
     path(
         "projects/<id:project_id>/runs/<run_id:run_id>/scores", views_scores.score_create, name="score_create"
     ),
+    path("scores/<id:score_id>/edit", views_scores.score_edit, name="score_edit"),
     path("scores/<id:score_id>/delete", views_scores.score_delete, name="score_delete"),
     path("projects/<id:project_id>/scores", views_scores.project_scores, name="project_scores"),
     path("projects/<id:project_id>/scores/export", views_scores.scores_export, name="scores_export"),

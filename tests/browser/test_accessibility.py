@@ -67,6 +67,7 @@ NOT_PAGES = {
     "traces:compare_live",
     # Scores (issue 36): form targets and the export.
     "traces:score_create",
+    "traces:score_edit",
     "traces:score_delete",
     "traces:scores_export",
     "traces:score_config_create",

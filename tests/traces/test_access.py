@@ -486,6 +486,15 @@ TABLE: dict[str, list[Case]] = {
             data=lambda w: {"run_id": w.run.run_id, f"value.{score_config(w).name}": "3"},
         ),
     ],  # fmt: skip
+    "scores/<score_id>/edit": [
+        Case(
+            "POST",
+            lambda w: {"score_id": kept_score(w)},
+            E(302, 404, 403, 302, 403, 403),
+            data=lambda w: {"value": "4"},
+            note="the member's score: its author edits it",
+        ),
+    ],  # fmt: skip
     "scores/<score_id>/delete": [
         Case("POST", lambda w: {"score_id": fresh_score(w)}, E(302, 404, 403, 302, 302, 302)),
         Case("POST", lambda w: {"score_id": fresh_score(w, "admin")}, E(302, 404, 403, 403, 302, 302)),

@@ -76,6 +76,8 @@ def score_panel_ctx(
     scores = summaries.run_scores(run, **where)
     for s in scores:
         s.deletable = s.can_delete(membership)  # type: ignore[attr-defined]
+        s.editable = s.can_edit(membership)  # type: ignore[attr-defined]
+        s.choices = forms.choices(s.config) if s.editable else []  # type: ignore[attr-defined]
     return {
         "scores": scores,
         "score_fields": forms.fields_for(configs, form_id) if can_score else [],
@@ -114,6 +116,31 @@ def score_create(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
     for err in refused:
         messages.error(request, f"Not scored: {err.field} {err.message}.")
     return back(request, default + "#scores")
+
+
+@login_required
+@require_POST
+def score_edit(request: HttpRequest, score_id: int) -> HttpResponse:
+    """The author changes their score's value or comment (the notes' rule: `Score.can_edit`)."""
+    score = (
+        Score.objects.filter(pk=score_id, project__in=access.projects(request))
+        .select_related("project__team", "config")
+        .first()
+    )
+    if score is None:
+        raise Http404("No such score.")
+    if not score.can_edit(membership_of(request.user, score.project.team_id)):
+        raise PermissionDenied("Only the score's author can edit it.")
+    data = {k: request.POST[k] for k in ("value", "comment") if k in request.POST}
+    try:
+        if actions.do_edit_score(score, request.user, data):
+            messages.success(request, f"Score {score.name} changed.")
+    except ScoreError as e:
+        messages.error(request, f"Score not changed: {e.field} {e.message}.")
+    except Score.DoesNotExist:
+        raise Http404("No such score.") from None
+    run = Run(project_id=score.project_id, run_id=score.run_id)
+    return back(request, run.get_absolute_url() + "#scores")
 
 
 @login_required

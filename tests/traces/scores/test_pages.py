@@ -222,3 +222,23 @@ def test_the_runs_list_sorts_by_a_score(
     page = alice_client.get("/", {"sort": "score.helpfulness"}).content.decode()
     assert page.index(run.run_id[:8]) < page.index(COMPACTED[:8]) < page.index("unscored")
     assert '<option value="score.helpfulness" selected>' in page
+
+
+def test_the_author_edits_a_score_from_the_page(
+    alice_client: Client, bob_client: Client, bob: Any, project: Project, run: Run, configs: Any
+) -> None:
+    give(project, bob, {"name": "helpfulness", "value": 2, "run_id": run.run_id, "comment": "meh"})
+    score = Score.objects.get()
+    page = bob_client.get(run.get_absolute_url()).content.decode()
+    assert f'action="/scores/{score.pk}/edit"' in page and 'value="2" checked' in page
+    assert (
+        f'action="/scores/{score.pk}/edit"' not in alice_client.get(run.get_absolute_url()).content.decode()
+    )
+    assert alice_client.post(f"/scores/{score.pk}/edit", {"value": "5"}).status_code == 403
+    r = bob_client.post(f"/scores/{score.pk}/edit", {"value": "5", "comment": "better on reread"})
+    assert r.status_code == 302
+    score.refresh_from_db()
+    assert (score.value, score.comment) == (5, "better on reread") and score.edited_at is not None
+    r = bob_client.post(f"/scores/{score.pk}/edit", {"value": "0"}, follow=True)
+    assert "Score not changed: value at least 1." in r.content.decode()
+    assert AuditLog.objects.filter(event_type=AuditLog.SCORE_EDITED).count() == 1
