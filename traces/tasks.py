@@ -10,6 +10,7 @@ from celery import shared_task
 from traces import conversations
 from traces.ingest import uploads
 from traces.models import Project
+from traces.scores import judges
 from traces.scores import worker as judge_worker
 from traces.teams import actions as teams
 
@@ -84,6 +85,12 @@ def run_judge(judge_run_id: int) -> dict[str, Any]:
 def sweep_judge_runs() -> dict[str, int]:
     """Periodic (Celery beat): re-queue judge runs whose worker vanished, fail the hopeless ones."""
     return judge_worker.sweep_judge_runs()
+
+
+@shared_task(name="traces.tasks.judge_new_runs", ignore_result=True)
+def judge_new_runs() -> dict[str, int]:
+    """Periodic (Celery beat): judges that watch new runs get an automatic judge run over them."""
+    return judges.judge_new_runs()
 
 
 @shared_task(name="traces.tasks.enforce_retention")

@@ -113,6 +113,7 @@ urlpatterns = [
         views_judges.judge_run_start,
         name="judge_run_start",
     ),
+    path("projects/<id:project_id>/judges/<id:judge_id>/auto", views_judges.judge_auto, name="judge_auto"),
     path(
         "projects/<id:project_id>/judge-runs/<id:judge_run_id>", views_judges.judge_run_page, name="judge_run"
     ),

@@ -79,6 +79,7 @@ NOT_PAGES = {
     "traces:review_release",
     "traces:judge_create",
     "traces:judge_run_start",
+    "traces:judge_auto",
     "traces:judge_run_cancel",
     "traces:judge_run_again",
     "logout",

@@ -582,6 +582,14 @@ TABLE: dict[str, list[Case]] = {
             note="queued on commit (never, in this test)",
         ),
     ],  # fmt: skip
+    "projects/<project_id>/judges/<judge_id>/auto": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"on": "1"},
+        ),
+    ],  # fmt: skip
     "projects/<project_id>/judge-runs/<judge_run_id>": [Case("GET", judge_run_kw, PAGE_READ)],
     "projects/<project_id>/judge-runs/<judge_run_id>/cancel": [
         Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),

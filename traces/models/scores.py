@@ -255,6 +255,10 @@ class Judge(models.Model):
     model = models.CharField(max_length=200)
     prompt = models.TextField()  # `{{ last_answer }}`, … (traces/scores/judging.py: VARIABLES)
     config = models.ForeignKey(ScoreConfig, on_delete=models.CASCADE, related_name="judges")
+    # Judge each new finished run (`traces.scores.judges.judge_new_runs`, a beat task): runs that
+    # finished after `watch_from`, in automatic judge runs of their own.
+    on_new_runs = models.BooleanField(default=False)
+    watch_from = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -284,6 +288,8 @@ class JudgeRun(models.Model):
     judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="runs")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="judge_runs")
     filter = models.CharField(max_length=2000, blank=True)
+    run_ids = models.JSONField(default=list, blank=True)  # the runs to judge, when given (not the filter)
+    automatic = models.BooleanField(default=False)  # made by `judge_new_runs`, not by a person
     max_runs = models.PositiveIntegerField(default=100)
     max_tokens = models.PositiveBigIntegerField(default=200_000)
     # What the judge is: copied when the run starts, so an edit of the judge changes no running work.

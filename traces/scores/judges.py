@@ -4,16 +4,18 @@ in runs and tokens), cancelling it and running it again — each audited; the wo
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.http import QueryDict
 from django.utils import timezone
 
 from traces.conversations.providers import SCRIPTED, available_providers
-from traces.models import AuditLog, Judge, JudgeRun, Project, ScoreConfig
+from traces.models import AuditLog, Judge, JudgeResult, JudgeRun, Project, Run, ScoreConfig
 from traces.scores import judging, queues
 from traces.scores.targets import ScoreError, text_field
 from traces.teams import audit
@@ -140,3 +142,70 @@ def do_cancel(jr: JudgeRun, actor: Any) -> bool:
             return False
         audit.record(jr.project.team, actor, AuditLog.JUDGE_RUN_CANCELLED, jr, {"judge": jr.judge.name})
     return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Each new finished run
+
+AUTO_BATCH = 100  # runs in one automatic judge run
+AUTO_TOKENS = 1_000_000  # its token cap
+
+
+def do_set_auto(judge: Judge, actor: Any, on: bool) -> bool:
+    """Turn "judge each new finished run" on (from now: older runs are a backfill's) or off; audited.
+    False when it already was so."""
+    with transaction.atomic():
+        changed = Judge.objects.filter(pk=judge.pk, on_new_runs=not on).update(
+            on_new_runs=on, watch_from=timezone.now() if on else None
+        )
+        if not changed:
+            return False
+        judge.refresh_from_db(fields=["on_new_runs", "watch_from"])
+        audit.record(
+            judge.project.team,
+            actor,
+            AuditLog.JUDGE_CHANGED,
+            judge,
+            {audit.OLD: {"on_new_runs": not on}, audit.NEW: {"on_new_runs": on}},
+        )
+    return True
+
+
+def new_finished_runs(judge: Judge) -> list[str]:
+    """Runs of the judge's project that finished (completed or failed, no event for the live window)
+    since `watch_from`, and that no run of this judge has judged yet; oldest first, at most a batch."""
+    quiet = timezone.now() - timedelta(seconds=int(settings.ARCANA_LIVE_WINDOW_SECONDS))
+    judged = JudgeResult.objects.filter(judge_run__judge=judge, run_id=OuterRef("run_id"))
+    return list(
+        Run.objects.filter(
+            project_id=judge.project_id,
+            status__in=[Run.Status.COMPLETED, Run.Status.FAILED],
+            updated_at__gte=judge.watch_from,
+            updated_at__lte=quiet,
+        )
+        .exclude(Exists(judged))
+        .order_by("updated_at", "pk")
+        .values_list("run_id", flat=True)[:AUTO_BATCH]
+    )
+
+
+def judge_new_runs() -> dict[str, int]:
+    """Periodic (beat, `traces.tasks.judge_new_runs`): for each judge watching new runs and not busy
+    with an automatic run already, one automatic judge run over its new finished runs."""
+    started = 0
+    busy = JudgeRun.objects.filter(
+        judge=OuterRef("pk"), automatic=True, status__in=[JudgeRun.Status.QUEUED, JudgeRun.Status.RUNNING]
+    )
+    for judge in Judge.objects.filter(on_new_runs=True).exclude(Exists(busy)).select_related("project"):
+        run_ids = new_finished_runs(judge)
+        if not run_ids:
+            continue
+        with transaction.atomic():
+            jr = JudgeRun.objects.create(
+                judge=judge, project=judge.project, provider=judge.provider, model=judge.model,
+                prompt=judge.prompt, run_ids=run_ids, automatic=True, max_runs=len(run_ids),
+                max_tokens=AUTO_TOKENS, filter="",
+            )  # fmt: skip
+            enqueue(jr.pk)
+        started += 1
+    return {"started": started}

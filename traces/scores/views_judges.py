@@ -67,6 +67,24 @@ def judge_run_start(request: HttpRequest, project_id: int, judge_id: int) -> Htt
 
 
 @login_required
+@require_POST
+def judge_auto(request: HttpRequest, project_id: int, judge_id: int) -> HttpResponse:
+    """Turn "judge each new finished run" on or off (`on=1` / `on=0`)."""
+    project = project_for(request, project_id, Action.MANAGE_SCORES)
+    judge = Judge.objects.filter(project=project, pk=judge_id).first()
+    if judge is None:
+        raise Http404("No such judge.")
+    judge.project = project
+    on = request.POST.get("on") == "1"
+    if judges.do_set_auto(judge, request.user, on):
+        messages.success(
+            request,
+            f"Judge {judge.name} {'judges each new finished run' if on else 'no longer judges new runs'}.",
+        )
+    return HttpResponseRedirect(scores_url(project) + "#judges")
+
+
+@login_required
 @require_GET
 def judge_run_page(request: HttpRequest, project_id: int, judge_run_id: int) -> HttpResponse:
     jr = _judge_run(request, project_id, judge_run_id)

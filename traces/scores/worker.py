@@ -89,12 +89,13 @@ class _Lease(threading.Thread):
 
 
 def _todo(jr: JudgeRun) -> list[str]:
-    """The run ids this judge run covers (its filter, oldest first, capped) that have no result yet."""
-    covered = list(
-        queues.runs_matching(jr.project_id, jr.filter)
-        .order_by("started_at", "pk")
-        .values_list("run_id", flat=True)[: jr.max_runs]
-    )
+    """The run ids this judge run covers (its runs, or its filter's oldest first; capped) that have no
+    result yet."""
+    if jr.run_ids:
+        covered = [str(r) for r in jr.run_ids][: jr.max_runs]
+    else:
+        matching = queues.runs_matching(jr.project_id, jr.filter).order_by("started_at", "pk")
+        covered = list(matching.values_list("run_id", flat=True)[: jr.max_runs])
     done = set(JudgeResult.objects.filter(judge_run=jr).values_list("run_id", flat=True))
     if jr.runs_total != len(covered):
         JudgeRun.objects.filter(pk=jr.pk).update(runs_total=len(covered))

@@ -198,3 +198,55 @@ def test_who_may_manage_judges(
     assert vera_client.get(f"/projects/{project.pk}/judge-runs/{jr.pk}").status_code == 200
     assert charlie_client.get(f"/projects/{project.pk}/judge-runs/{jr.pk}").status_code == 404
     assert json.loads(json.dumps(judging.VARIABLES))  # the page lists them
+
+
+def test_a_judge_watching_new_runs_judges_each_new_finished_run_once(
+    alice_client: Client, project: Project, run: Run, configs: dict[str, ScoreConfig]
+) -> None:
+    from tests.traces.views_helpers import ingest_live_run
+    from traces.scores import judges
+
+    judge = make_judge(alice_client, project, configs["kept_constraint"])
+    assert judges.judge_new_runs() == {"started": 0}  # not watching
+    r = alice_client.post(f"/projects/{project.pk}/judges/{judge.pk}/auto", {"on": "1"})
+    assert r.status_code == 302
+    judge.refresh_from_db()
+    assert judge.on_new_runs and judge.watch_from is not None
+    assert AuditLog.objects.filter(event_type=AuditLog.JUDGE_CHANGED).exists()
+    assert judges.judge_new_runs() == {"started": 0}  # `run` finished before the judge watched
+    # Two runs finish after it (quiet for the live window), a third is still live.
+    later = judge.watch_from + dt.timedelta(milliseconds=1)  # type: ignore[operator]
+    for run_id in ("new-a", "new-b"):
+        ingest_live_run(project, run_id, turns=1)
+    ingest_live_run(project, "still-live", turns=1)
+    Run.objects.filter(run_id__in=["new-a", "new-b"]).update(status="completed", updated_at=later)
+    Run.objects.filter(run_id="still-live").update(updated_at=later)
+    with override_live_window(0):
+        assert judges.judge_new_runs() == {"started": 1}
+        assert judges.judge_new_runs() == {"started": 0}  # busy with its automatic run
+        jr = JudgeRun.objects.get(automatic=True)
+        assert sorted(jr.run_ids) == ["new-a", "new-b"] and jr.filter == ""
+        worker.run_judge(jr.pk)
+        assert sorted(Score.objects.filter(judge_run=jr).values_list("run_id", flat=True)) == [
+            "new-a",
+            "new-b",
+        ]
+        assert judges.judge_new_runs() == {"started": 0}  # each judged once
+    assert alice_client.post(f"/projects/{project.pk}/judges/{judge.pk}/auto", {"on": "0"}).status_code == 302
+    judge.refresh_from_db()
+    assert not judge.on_new_runs
+
+
+class override_live_window:
+    """ARCANA_LIVE_WINDOW_SECONDS for a block (the runs above count as quiet at once)."""
+
+    def __init__(self, seconds: int) -> None:
+        from django.test import override_settings
+
+        self.inner = override_settings(ARCANA_LIVE_WINDOW_SECONDS=seconds)
+
+    def __enter__(self) -> None:
+        self.inner.enable()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.inner.disable()
