@@ -238,6 +238,9 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_conversation": {"queue": "agents"},
     "traces.tasks.run_demo_conversation": {"queue": "agents"},
     "traces.tasks.sweep_conversations": {"queue": "agents"},
+    "traces.tasks.run_judge": {"queue": "agents"},  # judges (issue 36)
+    "traces.tasks.sweep_judge_runs": {"queue": "agents"},
+    "traces.tasks.judge_new_runs": {"queue": "agents"},
     "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -348,6 +351,21 @@ LOGGING = {
 # The conversation sweeper (issue 12): conversations whose worker vanished are queued again.
 CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
     "task": "traces.tasks.sweep_conversations",
+    "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
+    "options": {"queue": ARCANA_AGENTS_QUEUE},
+}
+
+# The judge sweeper (issue 36): judge runs whose worker vanished are queued again (the conversations'
+# lease and attempts settings).
+CELERY_BEAT_SCHEDULE["sweep-judge-runs"] = {
+    "task": "traces.tasks.sweep_judge_runs",
+    "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
+    "options": {"queue": ARCANA_AGENTS_QUEUE},
+}
+
+# Judges that watch new runs get their new finished runs (issue 36), as often as the sweeper runs.
+CELERY_BEAT_SCHEDULE["judge-new-runs"] = {
+    "task": "traces.tasks.judge_new_runs",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
     "options": {"queue": ARCANA_AGENTS_QUEUE},
 }

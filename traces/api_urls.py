@@ -14,6 +14,7 @@ from traces.conversations.api import conversation_urls
 from traces.ingest import api as ingest_api
 from traces.otlp.api import OtlpTracesView
 from traces.runs import api
+from traces.scores import api as api_scores
 
 RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
 
@@ -36,4 +37,8 @@ urlpatterns = [
     path("share-links/<id:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),
     path("notes/<id:note_id>", api_collab.NoteDetailView.as_view(), name="api-note"),
+    # Scores (issue 36; traces/scores/api.py)
+    path("scores", api_scores.ScoreListView.as_view(), name="api-scores"),
+    path("scores/<id:score_id>", api_scores.ScoreDetailView.as_view(), name="api-score"),
+    path("score-configs", api_scores.ScoreConfigListView.as_view(), name="api-score-configs"),
 ]

@@ -10,6 +10,8 @@ from celery import shared_task
 from traces import conversations
 from traces.ingest import uploads
 from traces.models import Project
+from traces.scores import judges
+from traces.scores import worker as judge_worker
 from traces.teams import actions as teams
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,26 @@ def run_conversation(conversation_id: int) -> dict[str, Any]:
 def sweep_conversations() -> dict[str, int]:
     """Periodic (Celery beat): re-queue conversations whose worker vanished, fail the hopeless ones."""
     return conversations.sweep_conversations()
+
+
+# Judges (issue 36): on the `agents` queue, with the conversations' lease and sweeper rules.
+@shared_task(name="traces.tasks.run_judge", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_judge(judge_run_id: int) -> dict[str, Any]:
+    """Judge the runs of a judge run under a lease (`traces.scores.worker.run_judge`). Safe to deliver
+    twice: the row is claimed with a conditional update; each run's score commits with its result."""
+    return judge_worker.run_judge(judge_run_id)
+
+
+@shared_task(name="traces.tasks.sweep_judge_runs", ignore_result=True)
+def sweep_judge_runs() -> dict[str, int]:
+    """Periodic (Celery beat): re-queue judge runs whose worker vanished, fail the hopeless ones."""
+    return judge_worker.sweep_judge_runs()
+
+
+@shared_task(name="traces.tasks.judge_new_runs", ignore_result=True)
+def judge_new_runs() -> dict[str, int]:
+    """Periodic (Celery beat): judges that watch new runs get an automatic judge run over them."""
+    return judges.judge_new_runs()
 
 
 @shared_task(name="traces.tasks.enforce_retention")

@@ -15,9 +15,13 @@ from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
 from traces.ingest import views as ingest_views
 from traces.runs import views
+from traces.scores import views as views_scores
+from traces.scores import views_judges, views_queues
 from traces.teams import views as team_views
 
 app_name = "traces"
+
+REVIEW = "projects/<id:project_id>/queues/<id:queue_id>/items/<id:item_id>"  # a review queue's item
 
 urlpatterns = [
     path("", views.runs, name="runs"),
@@ -81,6 +85,49 @@ urlpatterns = [
     path("notes/<id:note_id>/resolve", views_collab.note_resolve, name="note_resolve"),
     path("notes/<id:note_id>/edit", views_collab.note_edit, name="note_edit"),
     path("notes/<id:note_id>/delete", views_collab.note_delete, name="note_delete"),
+    # Scores (issue 36; traces/scores/views.py): scoring where you read, the project's scores page.
+    path(
+        "projects/<id:project_id>/runs/<run_id:run_id>/scores", views_scores.score_create, name="score_create"
+    ),
+    path("scores/<id:score_id>/edit", views_scores.score_edit, name="score_edit"),
+    path("scores/<id:score_id>/delete", views_scores.score_delete, name="score_delete"),
+    path("projects/<id:project_id>/scores", views_scores.project_scores, name="project_scores"),
+    path("projects/<id:project_id>/scores/export", views_scores.scores_export, name="scores_export"),
+    path("projects/<id:project_id>/score-configs", views_scores.config_create, name="score_config_create"),
+    path(
+        "projects/<id:project_id>/score-configs/<id:config_id>",
+        views_scores.config_change,
+        name="score_config_change",
+    ),
+    # Review queues (traces/scores/views_queues.py).
+    path("projects/<id:project_id>/queues", views_queues.queue_create, name="queue_create"),
+    path("projects/<id:project_id>/queues/<id:queue_id>", views_queues.queue_page, name="queue"),
+    path("projects/<id:project_id>/queues/<id:queue_id>/take", views_queues.queue_take, name="queue_take"),
+    path(REVIEW, views_queues.review_item, name="review_item"),
+    path(f"{REVIEW}/score", views_queues.review_score, name="review_score"),
+    path(f"{REVIEW}/skip", views_queues.review_skip, name="review_skip"),
+    path(f"{REVIEW}/release", views_queues.review_release, name="review_release"),
+    # Judges (traces/scores/views_judges.py).
+    path("projects/<id:project_id>/judges", views_judges.judge_create, name="judge_create"),
+    path(
+        "projects/<id:project_id>/judges/<id:judge_id>/runs",
+        views_judges.judge_run_start,
+        name="judge_run_start",
+    ),
+    path("projects/<id:project_id>/judges/<id:judge_id>/auto", views_judges.judge_auto, name="judge_auto"),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>", views_judges.judge_run_page, name="judge_run"
+    ),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>/cancel",
+        views_judges.judge_run_cancel,
+        name="judge_run_cancel",
+    ),
+    path(
+        "projects/<id:project_id>/judge-runs/<id:judge_run_id>/again",
+        views_judges.judge_run_again,
+        name="judge_run_again",
+    ),
     # A shared run: its overview, turn pages and their fragments, for anyone holding the link's token.
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),

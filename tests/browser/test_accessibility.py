@@ -73,6 +73,23 @@ NOT_PAGES = {
     "traces:conversation_message",
     "traces:conversation_cancel",
     "traces:compare_live",
+    # Scores (issue 36): form targets and the export.
+    "traces:score_create",
+    "traces:score_edit",
+    "traces:score_delete",
+    "traces:scores_export",
+    "traces:score_config_create",
+    "traces:score_config_change",
+    "traces:queue_create",
+    "traces:queue_take",
+    "traces:review_score",
+    "traces:review_skip",
+    "traces:review_release",
+    "traces:judge_create",
+    "traces:judge_run_start",
+    "traces:judge_auto",
+    "traces:judge_run_cancel",
+    "traces:judge_run_again",
     "logout",
     "healthz",
     "favicon",  # a redirect to the icon file
@@ -150,10 +167,45 @@ class Site:
             )  # fmt: skip
             for status in ("queued", "running", "completed", "failed", "cancelled")
         }
+        self.scores = scores_site(project, self.pin_run, alice)
         _l, self.token = sharing.do_create_share_link(self.pin_run, alice)
         _l, self.hidden_token = sharing.do_create_share_link(
             self.pin_run, alice, hide_content=True, expires_at=timezone.now() + timedelta(days=1)
         )
+
+
+def scores_site(project: Project, run: Run, alice: Any) -> dict[str, Any]:
+    """Scores (issue 36): configs of each kind, scores by a person and a judge, a review queue with a
+    run held by alice, and a judge run with a judge error."""
+    from traces.models import Judge, JudgeResult, JudgeRun, ReviewItem, ReviewQueue, Score, ScoreConfig
+
+    helpful = ScoreConfig.objects.create(
+        project=project, name="helpfulness", kind="numeric", min_value=1, max_value=5
+    )
+    kept = ScoreConfig.objects.create(
+        project=project, name="kept_constraint", kind="boolean", description="Kept it?"
+    )
+    ScoreConfig.objects.create(
+        project=project, name="tone", kind="categorical", categories=["friendly", "curt"]
+    )
+    Score.objects.create(project=project, config=helpful, name="helpfulness", run_id=run.run_id, value=4,
+                         source="person", author=alice, author_label="alice", comment="clear")  # fmt: skip
+    judge = Judge.objects.create(project=project, name="constraint judge", provider="scripted",
+                                 model="judge-heuristic", prompt="{{ last_answer }}", config=kept)  # fmt: skip
+    jr = JudgeRun.objects.create(judge=judge, project=project, provider="scripted", model="judge-heuristic",
+                                 prompt=judge.prompt, status="completed", runs_total=2, runs_done=2, scored=1,
+                                 errors=1)  # fmt: skip
+    score = Score.objects.create(project=project, config=kept, name="kept_constraint", run_id=run.run_id, value=1,
+                                 label="true", source="judge", judge_run=jr, judge_name=judge.name,
+                                 judge_model="scripted/judge-heuristic", reasoning="nothing lost", tokens=40)  # fmt: skip
+    JudgeResult.objects.create(judge_run=jr, run_id=run.run_id, status="scored", tokens=40, score=score)
+    JudgeResult.objects.create(judge_run=jr, run_id=OUR_RUN, status="error", error="unparseable answer: prose",
+                               answer="Looks fine.")  # fmt: skip
+    queue = ReviewQueue.objects.create(project=project, name="compactions", filter="had_compaction=1")
+    queue.configs.set([helpful, kept])
+    item = ReviewItem.objects.create(queue=queue, run_id=run.run_id, assignee=alice,
+                                     locked_until=timezone.now() + timedelta(hours=1))  # fmt: skip
+    return {"queue": queue, "item": item, "judge_run": jr}
 
 
 #: name → the paths of that page to check (several when states differ: a pool, hidden content …).
@@ -199,6 +251,12 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
         compare_url(s.our_run, f"{s.project.pk}:{s.states['running'].run_id}"),  # waiting for a run
     ],
     "traces:run_again": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}/again"],
+    "traces:project_scores": lambda s: [f"/projects/{s.project.pk}/scores"],
+    "traces:queue": lambda s: [f"/projects/{s.project.pk}/queues/{s.scores['queue'].pk}"],
+    "traces:review_item": lambda s: [
+        f"/projects/{s.project.pk}/queues/{s.scores['queue'].pk}/items/{s.scores['item'].pk}"
+    ],
+    "traces:judge_run": lambda s: [f"/projects/{s.project.pk}/judge-runs/{s.scores['judge_run'].pk}"],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}
 

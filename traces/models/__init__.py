@@ -12,7 +12,8 @@ Modules: `teams` (teams, roles and permissions, projects, API keys, invites, log
 audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `projection` (turns, steps,
 context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
-spans as received, the source of truth of a run sent over OTLP). Import every name from
+spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
+address, review queues, judges and their runs). Import every name from
 `traces.models`.
 """
 
@@ -54,6 +55,16 @@ from traces.models.runs import (
     Run,
     run_api_url,
     run_page_url,
+)
+from traces.models.scores import (
+    Judge,
+    JudgeResult,
+    JudgeRun,
+    ReviewItem,
+    ReviewQueue,
+    Score,
+    ScoreConfig,
+    score_fields,
 )
 from traces.models.teams import (
     INVITE_PREFIX,
@@ -120,4 +131,12 @@ __all__ = [
     "unpack_message_decisions",
     "user_can",
     "Conversation",
+    "Judge",
+    "JudgeResult",
+    "JudgeRun",
+    "ReviewItem",
+    "ReviewQueue",
+    "Score",
+    "ScoreConfig",
+    "score_fields",
 ]

@@ -86,6 +86,9 @@ class Action:
     DELETE_RUNS = "delete_runs"
     VIEW_AUDIT = "view_audit"
     DELETE_TEAM = "delete_team"
+    # Scores (issue 36): members score and work review queues; admins manage configs, queues, judges.
+    SCORE = "score"
+    MANAGE_SCORES = "manage_scores"
 
 
 ROLE_RANK: dict[str, int] = {
@@ -109,6 +112,8 @@ PERMISSIONS: dict[str, str] = {
     Action.DELETE_RUNS: Membership.Role.ADMIN,
     Action.VIEW_AUDIT: Membership.Role.ADMIN,
     Action.DELETE_TEAM: Membership.Role.OWNER,
+    Action.SCORE: Membership.Role.MEMBER,
+    Action.MANAGE_SCORES: Membership.Role.ADMIN,
 }
 
 
@@ -325,6 +330,18 @@ class AuditLog(models.Model):
     RUN_LABELED = "run_labeled"
     RUNS_EXPIRED = "runs_expired"
     TEAM_CREATED = "team_created"
+    # Scores (issue 36)
+    SCORE_CONFIG_CREATED = "score_config_created"
+    SCORE_CONFIG_CHANGED = "score_config_changed"
+    SCORE_CREATED = "score_created"
+    SCORE_EDITED = "score_edited"
+    SCORE_DELETED = "score_deleted"
+    QUEUE_CREATED = "queue_created"
+    QUEUE_CHANGED = "queue_changed"
+    JUDGE_CREATED = "judge_created"
+    JUDGE_CHANGED = "judge_changed"
+    JUDGE_RUN_STARTED = "judge_run_started"
+    JUDGE_RUN_CANCELLED = "judge_run_cancelled"
 
     EVENT_TYPES: dict[str, str] = {
         KEY_CREATED: "API key created",
@@ -348,6 +365,17 @@ class AuditLog(models.Model):
         RUN_LABELED: "run name or tags changed",
         RUNS_EXPIRED: "runs deleted by retention",
         TEAM_CREATED: "team created",
+        SCORE_CONFIG_CREATED: "score config created",
+        SCORE_CONFIG_CHANGED: "score config changed",
+        SCORE_CREATED: "scores written",
+        SCORE_EDITED: "score edited",
+        SCORE_DELETED: "score deleted",
+        QUEUE_CREATED: "review queue created",
+        QUEUE_CHANGED: "review queue changed",
+        JUDGE_CREATED: "judge created",
+        JUDGE_CHANGED: "judge changed",
+        JUDGE_RUN_STARTED: "judge run started",
+        JUDGE_RUN_CANCELLED: "judge run cancelled",
     }
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="audit_logs")

@@ -2,10 +2,11 @@
 
 One set of parameter names, documented in the API schema (drf-spectacular reads the FilterSet):
 `project`, `agent`, `status`, `model`, `source`, `has_pins`, `has_recalls`, `has_primitives`,
-`had_compaction`, `lost_instruction`, `started_after`, `started_before` and `q`. The page's older names keep working, so bookmarks do not
-
-`started_after`, `started_before`, `name`, `tag` and `q`. Names and tags are the run's shown ones
-(`Run.shown_name` / `shown_tags`: set on the page or the API, else the trace's). The page's older names keep working, so bookmarks do not
+`had_compaction`, `lost_instruction`, `started_after`, `started_before`, `name`, `tag`, `q`, `score`
+(`score=helpfulness>=4;kept_constraint=true`, or `score.helpfulness>=4` as people type it; the syntax
+is `traces/scores/expressions.py`) and `sort` (`-score.helpfulness`; newest first without it). Names
+and tags are the run's shown ones (`Run.shown_name` / `shown_tags`: set on the page or the API, else the
+trace's). The page's older names keep working, so bookmarks do not
 break: `from` (→ `started_after`), `to` (the last day, inclusive → `started_before` the day after),
 `pins` (→ `has_pins`), `recalls` (→ `has_recalls`).
 
@@ -29,6 +30,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from runtime.facts import TAG_RE
 from traces.models import ContextDecision, Pin, Run, Turn
+from traces.scores import expressions as score_expressions
 
 
 def name_matches(text: str) -> Q:
@@ -84,6 +86,40 @@ class InstantField(forms.Field):
         return parsed
 
 
+class ScoreConditionsField(forms.Field):
+    """Score conditions (`helpfulness>=4;kept_constraint=true`), parsed; empty means unset."""
+
+    def to_python(self, value: Any) -> list[score_expressions.Condition] | None:
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return None
+        try:
+            return score_expressions.parse_all(text[:2000])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ScoreConditionsFilter(django_filters.Filter):
+    field_class = ScoreConditionsField
+
+
+class ScoreSortField(forms.Field):
+    """`score.<name>` or `-score.<name>`, parsed to (name, descending); empty means unset."""
+
+    def to_python(self, value: Any) -> tuple[str, bool] | None:
+        text = str(value if value is not None else "").strip()
+        if not text:
+            return None
+        try:
+            return score_expressions.parse_sort(text[:100])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class ScoreSortFilter(django_filters.Filter):
+    field_class = ScoreSortField
+
+
 class FlagFilter(django_filters.Filter):
     field_class = FlagField
 
@@ -112,6 +148,7 @@ def with_aliases(data: Any) -> QueryDict | None:
     for old, new in ALIASES.items():
         if old in query and new not in query:
             query.setlist(new, query.getlist(old))
+    score_expressions.gather(query)  # `score.helpfulness>=4` → `score=helpfulness>=4` (issue 36)
     if "to" in query and "started_before" not in query:
         day = parse_date(str(query["to"]).strip()) if query["to"] else None
         if day is not None and day < dt.date.max:
@@ -151,6 +188,16 @@ class RunFilter(django_filters.FilterSet):
     name = django_filters.CharFilter(method="filter_name", max_length=200, help_text="text in the run's name")
     tag = django_filters.CharFilter(
         method="filter_tag", max_length=50, help_text="runs with this tag (letters, digits, - _ . : / @ +)"
+    )
+    score = ScoreConditionsFilter(
+        method="filter_score",
+        help_text="score conditions, `;`-separated: `helpfulness>=4;kept_constraint=true;tone=curt` "
+        "(also `score.helpfulness>=4` as a parameter of its own); a run matches when one of its scores does",
+    )
+    sort = ScoreSortFilter(
+        method="sort_by_score",
+        help_text="`-score.helpfulness`: highest mean helpfulness first (`score.helpfulness`: lowest first); "
+        "runs without that score last. Without it, newest first",
     )
     q = django_filters.CharFilter(
         method="search",
@@ -201,6 +248,14 @@ class RunFilter(django_filters.FilterSet):
             | Q(label_tags__isnull=True, tags__icontains=quoted)
         )
 
+    def filter_score(
+        self, qs: QuerySet[Run], name: str, value: list[score_expressions.Condition] | None
+    ) -> QuerySet[Run]:
+        return score_expressions.apply(qs, value) if value else qs
+
+    def sort_by_score(self, qs: QuerySet[Run], name: str, value: tuple[str, bool] | None) -> QuerySet[Run]:
+        return score_expressions.sort(qs, *value) if value else qs
+
     def search(self, qs: QuerySet[Run], name: str, value: str) -> QuerySet[Run]:
         text = value.strip()
         if not text:
@@ -218,6 +273,9 @@ class RunFilter(django_filters.FilterSet):
         cleaned = getattr(self.form, "cleaned_data", {})
         values = {name: cleaned.get(name) for name in self.filters}
         values["active"] = any(v not in (None, "") for v in values.values())
+        values["score_text"] = "; ".join(map(str, values.get("score") or []))
+        sort = values.get("sort")
+        values["sort_text"] = f"{'-' if sort[1] else ''}score.{sort[0]}" if sort else ""
         # The page's "to" field shows the last day included (`started_before` is the day after).
         before = values.get("started_before")
         values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None

@@ -33,6 +33,8 @@ from traces.runs.context import (
     turn_ctx,
 )
 from traces.runs.filters import RunFilter
+from traces.scores import summaries as score_summaries
+from traces.scores.views import score_panel_ctx
 from traces.teams.views import current_team_id
 
 RUNS_PER_PAGE = 50
@@ -71,7 +73,9 @@ def runs(request: HttpRequest) -> HttpResponse:
     # The API's filter, lenient here: a bad value is left out and the others still filter.
     run_filter = RunFilter(request.GET, queryset=scope)
     filters = run_filter.values
-    qs = run_filter.qs.select_related("project__team").order_by("-started_at", "-id")
+    qs = run_filter.qs.select_related("project__team")
+    if not qs.query.order_by:  # newest first, unless sorted by a score (`sort`, issue 36)
+        qs = qs.order_by("-started_at", "-id")
     page = Paginator(qs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -80,6 +84,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
+    score_summaries.attach(rows)  # the Scores column (issue 36): one query for the page
     ctx: dict[str, Any] = {
         "page": page,
         "runs": rows,
@@ -102,6 +107,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             render(request, "traces/_runs_table.html", ctx), tag
         )
     ctx["choices"] = queries.filter_choices(access.runs(request), access.projects(request))
+    ctx["score_names"] = score_summaries.names(access.projects(request))  # the sort's choices (issue 36)
     ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
     ctx["can_start_runs"] = access.projects(request, Action.CONVERSE).exists()
     return render(request, "traces/runs.html", ctx)
@@ -119,6 +125,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx.update(notes.note_perm_ctx(membership))
     ctx["may_label"] = membership is not None and membership.can(Action.LABEL)
     ctx.update(sharing.share_panel_ctx(request, run, membership))
+    ctx.update(score_panel_ctx(run, membership))  # scores (issue 36)
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
@@ -220,6 +227,8 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     run = access.get_run(request, project_id, run_id)
     agent = agent_for(request, run)
     ctx = turn_ctx(request, run, agent, number)
+    # Scores (issue 36), for the caller's role that the note forms read (turn_ctx's `note_member`).
+    ctx.update(score_panel_ctx(run, ctx.get("note_member"), agent=agent, turn=number))
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     return render(request, "traces/turn.html", ctx)
 

@@ -199,6 +199,95 @@ def two_runs(w: World) -> dict[str, Any]:
     return {"a": ref, "b": ref}
 
 
+# Scores (issue 36): a config and scores made on demand, so every case finds what it needs.
+
+
+def score_config(w: World) -> Any:
+    from traces.models import ScoreConfig
+
+    return ScoreConfig.objects.get_or_create(
+        project=w.project, name="helpfulness", defaults={"kind": "numeric", "min_value": 1, "max_value": 5}
+    )[0]
+
+
+def fresh_score(w: World, author: str = "member") -> int:
+    from traces.models import Score
+
+    config = score_config(w)
+    return Score.objects.create(
+        project=w.project, config=config, name=config.name, run_id=w.run.run_id, value=3, source="person",
+        author=w.users[author], author_label=author,
+    ).pk  # fmt: skip
+
+
+def kept_score(w: World) -> int:
+    """The member's score that PATCH cases edit (one per world)."""
+    if "_score" not in w.__dict__:
+        w.__dict__["_score"] = fresh_score(w)
+    return int(w.__dict__["_score"])
+
+
+def score_batch(w: World) -> dict[str, Any]:
+    score_config(w)
+    return {"project": w.project.pk, "scores": [{"name": "helpfulness", "value": 4, "run_id": w.run.run_id}]}
+
+
+def queue(w: World) -> Any:
+    from traces.models import ReviewQueue
+
+    q, made = ReviewQueue.objects.get_or_create(project=w.project, name="access")
+    if made:
+        q.configs.set([score_config(w)])
+    return q
+
+
+def item_kw(w: World, actor: str = "member", run_id: str | None = None) -> dict[str, Any]:
+    """A review item held by `actor` (of a fresh run id unless `run_id`), as URL arguments."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from traces.models import ReviewItem
+
+    q = queue(w)
+    item, _ = ReviewItem.objects.update_or_create(
+        queue=q,
+        run_id=run_id or f"gone-{next(w.counter)}",
+        defaults={
+            "assignee": w.users[actor],
+            "status": "assigned",
+            "locked_until": timezone.now() + dt.timedelta(hours=1),
+        },
+    )
+    return {"project_id": w.project.pk, "queue_id": q.pk, "item_id": item.pk}
+
+
+def judge(w: World) -> Any:
+    from traces.models import Judge
+
+    return Judge.objects.get_or_create(
+        project=w.project,
+        name="access",
+        defaults={
+            "provider": "scripted",
+            "model": "judge-heuristic",
+            "prompt": "{{ last_answer }}",
+            "config": score_config(w),
+        },
+    )[0]
+
+
+def judge_run_kw(w: World) -> dict[str, Any]:
+    """A fresh queued judge run (a cancel moves it on)."""
+    from traces.models import JudgeRun
+
+    j = judge(w)
+    jr = JudgeRun.objects.create(
+        judge=j, project=w.project, provider=j.provider, model=j.model, prompt=j.prompt
+    )
+    return {"project_id": w.project.pk, "judge_run_id": jr.pk}
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -391,6 +480,126 @@ TABLE: dict[str, list[Case]] = {
         Case("POST", lambda w: {"note_id": w.fresh_note()}, E(302, 404, 403, 302, 302, 302)),
         Case("POST", lambda w: {"note_id": w.fresh_note("admin")}, E(302, 404, 403, 403, 302, 302)),
     ],
+    # Scores (pages; issue 36)
+    "projects/<project_id>/runs/<run_id>/scores": [
+        Case(
+            "POST",
+            run_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"run_id": w.run.run_id, f"value.{score_config(w).name}": "3"},
+        ),
+    ],  # fmt: skip
+    "scores/<score_id>/edit": [
+        Case(
+            "POST",
+            lambda w: {"score_id": kept_score(w)},
+            E(302, 404, 403, 302, 403, 403),
+            data=lambda w: {"value": "4"},
+            note="the member's score: its author edits it",
+        ),
+    ],  # fmt: skip
+    "scores/<score_id>/delete": [
+        Case("POST", lambda w: {"score_id": fresh_score(w)}, E(302, 404, 403, 302, 302, 302)),
+        Case("POST", lambda w: {"score_id": fresh_score(w, "admin")}, E(302, 404, 403, 403, 302, 302)),
+    ],
+    "projects/<project_id>/scores": [Case("GET", lambda w: {"project_id": w.project.pk}, PAGE_READ)],
+    "projects/<project_id>/scores/export": [Case("GET", lambda w: {"project_id": w.project.pk}, PAGE_READ)],
+    "projects/<project_id>/score-configs": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"name": f"c{next(w.counter)}", "kind": "boolean"},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/score-configs/<config_id>": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "config_id": score_config(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"description": f"d{next(w.counter)}"},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/queues": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"name": "q", "filter": "", "configs": [score_config(w).pk]},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/queues/<queue_id>": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk}, PAGE_READ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/take": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk},
+            E(302, 404, 403, 302, 302, 302),
+        ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>": [
+        Case(
+            "GET", lambda w: item_kw(w, run_id=w.run.run_id), PAGE_READ, note="the form is the holder's only"
+        ),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/score": [
+        Case(
+            "POST",
+            item_kw,
+            E(302, 404, 403, 302, 403, 403),
+            data=lambda w: {"value.helpfulness": "3"},
+            note="the member holds the item",
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/skip": [
+        Case("POST", item_kw, E(302, 404, 403, 302, 403, 403), note="the member holds the item"),
+    ],
+    "projects/<project_id>/queues/<queue_id>/items/<item_id>/release": [
+        Case(
+            "POST",
+            item_kw,
+            E(302, 404, 403, 302, 302, 302),
+            note="only the holder's release changes anything",
+        ),
+    ],
+    "projects/<project_id>/judges": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {
+                "name": f"j{next(w.counter)}",
+                "model": "scripted/judge-heuristic",
+                "prompt": "{{ last_answer }}",
+                "config": score_config(w).pk,
+            },
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/judges/<judge_id>/runs": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"filter": "", "max_runs": "1"},
+            note="queued on commit (never, in this test)",
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/judges/<judge_id>/auto": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"on": "1"},
+        ),
+    ],  # fmt: skip
+    "projects/<project_id>/judge-runs/<judge_run_id>": [Case("GET", judge_run_kw, PAGE_READ)],
+    "projects/<project_id>/judge-runs/<judge_run_id>/cancel": [
+        Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),
+    ],
+    "projects/<project_id>/judge-runs/<judge_run_id>/again": [
+        Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),
+    ],
     "s/<token>": [
         Case("GET", share_kw, SHARED),
         Case("GET", lambda w: {"token": "not-a-token"}, E(404, 404, 404, 404, 404, 404, share=404)),
@@ -527,6 +736,33 @@ TABLE: dict[str, list[Case]] = {
         ),
         Case("DELETE", lambda w: {"note_id": w.fresh_note()}, E(401, 404, 403, 204, 204, 204)),
         Case("DELETE", lambda w: {"note_id": w.fresh_note("admin")}, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    # Scores (issue 36): viewers read, members score, admins manage configs; the notes' edit rule.
+    "api/v1/scores": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case("POST", none, E(401, 404, 403, 200, 200, 200), data=score_batch, json=True),
+    ],
+    "api/v1/scores/<score_id>": [
+        Case("GET", lambda w: {"score_id": kept_score(w)}, API_READ),
+        Case(
+            "PATCH",
+            lambda w: {"score_id": kept_score(w)},
+            E(401, 404, 403, 200, 403, 403),
+            data=lambda w: {"value": 5},
+            json=True,
+        ),
+        Case("DELETE", lambda w: {"score_id": fresh_score(w)}, E(401, 404, 403, 204, 204, 204)),
+        Case("DELETE", lambda w: {"score_id": fresh_score(w, "admin")}, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    "api/v1/score-configs": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 403, 201, 201),
+            data=lambda w: {"project": w.project.pk, "name": f"c{next(w.counter)}", "kind": "boolean"},
+            json=True,
+        ),
     ],  # fmt: skip
 }
 

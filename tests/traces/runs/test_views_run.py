@@ -125,8 +125,9 @@ def test_it_reads_a_run_in_a_bounded_number_of_queries(
 ) -> None:
     # +1 for the caller's teams (the header's team switcher and the delete-run form read them once);
     # +3 for review notes: the run's notes, the caller's role (note and share forms), its share links;
-    # +1 for its compactions and lost instructions (one bounded query of its decisions' reports).
-    with django_assert_max_num_queries(19):
+    # +1 for its compactions and lost instructions (one bounded query of its decisions' reports);
+    # +2 for scores: the project's score configs and the run's scores.
+    with django_assert_max_num_queries(21):
         r = alice_client.get(run_path(PIN_RUN))
     assert r.status_code == 200
 

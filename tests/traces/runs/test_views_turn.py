@@ -123,7 +123,8 @@ def test_it_reads_a_turn_in_a_bounded_number_of_queries(
     samples: Project, alice_client: Client, django_assert_max_num_queries: Any
 ) -> None:
     # +2 for review notes: the turn's notes and the caller's role (note forms).
-    with django_assert_max_num_queries(14):
+    # +2 for scores (issue 36): the project's score configs and the turn's scores.
+    with django_assert_max_num_queries(16):
         r = alice_client.get(f"{run_path(OUR_RUN)}/turns/2")  # 3 steps, primitives, pins
     assert len(r.context["steps"]) == 3
 

@@ -40,10 +40,13 @@ def _m(user: Any, team: Team) -> Membership:
 def test_it_maps_every_role_to_its_permissions() -> None:
     table = {
         Role.VIEWER: {Action.READ},
-        Role.MEMBER: {Action.READ, Action.UPLOAD, Action.CONVERSE, Action.NOTE, Action.SHARE, Action.LABEL},
+        Role.MEMBER: {
+            Action.READ, Action.UPLOAD, Action.CONVERSE, Action.NOTE, Action.SHARE, Action.LABEL, Action.SCORE,
+        },
         Role.ADMIN: {
             Action.READ, Action.UPLOAD, Action.CONVERSE, Action.NOTE, Action.SHARE, Action.LABEL, Action.MANAGE_KEYS,
             Action.MANAGE_PROJECTS, Action.MANAGE_MEMBERS, Action.DELETE_RUNS, Action.VIEW_AUDIT,
+            Action.SCORE, Action.MANAGE_SCORES,
         },
     }  # fmt: skip
     everything = {v for k, v in vars(Action).items() if k.isupper()}
