@@ -54,8 +54,10 @@ def body_limit(view: Any) -> int:
     return int(limit()) if callable(limit) else DEFAULT_BODY_LIMIT
 
 
-def decode_json(data: bytes) -> Any:
-    """`data` (a request body) as a checked JSON value; `ValidationError` naming the field otherwise."""
+def decode_json(data: bytes, *, check_values: bool = True) -> Any:
+    """`data` (a request body) as a checked JSON value; `ValidationError` naming the field otherwise.
+    `check_values=False` leaves the values' rules (NUL, lone surrogates, finite numbers, integers the
+    database holds) to a batch endpoint that refuses a bad item alone (`value_problem` per item)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -68,7 +70,7 @@ def decode_json(data: bytes) -> Any:
         raise invalid("body", f"is nested more than {MAX_DEPTH} levels deep") from None
     except ValueError:  # an integer longer than Python converts
         raise invalid("body", f"cannot be decoded: {TOO_MANY_DIGITS}") from None
-    problem = value_problem(value)
+    problem = value_problem(value) if check_values else None
     if problem is not None:
         field, message = problem
         raise invalid(field or "body", message)

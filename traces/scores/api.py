@@ -14,7 +14,6 @@ refused. A body that is not such an object is a 400 in the one error shape.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.db.models import QuerySet
@@ -29,7 +28,9 @@ from rest_framework.response import Response
 from traces.core import access
 from traces.core.api import BaseView, error_response, read_limited
 from traces.core.authentication import key_of
+from traces.core.jsonbody import decode_json, invalid
 from traces.core.serializers import ErrorSerializer
+from traces.ingest.validation import value_problem
 from traces.models import Action, Membership, Project, Score, ScoreConfig, membership_of
 from traces.scores import actions
 from traces.scores.filters import ScoreFilter
@@ -87,11 +88,22 @@ def project_named(request: Request, value: Any, action: str = Action.READ) -> Pr
 
 
 def _body(request: Request) -> Any:
-    raw = read_limited(request, BODY_LIMIT)
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise exceptions.ParseError(f"body is not valid JSON: {exc}") from None
+    """The batch's body, read up to its limit and decoded by the API's one decoder
+    (`traces.core.jsonbody`); its values are checked item by item, so a bad score is refused alone."""
+    body = decode_json(read_limited(request, BODY_LIMIT), check_values=False)
+    if isinstance(body, dict):
+        problem = value_problem({k: v for k, v in body.items() if k != "scores"})
+        if problem is not None:
+            raise invalid(problem[0] or "body", problem[1])
+    return body
+
+
+def _checked_item(configs: Any, data: Any) -> Any:
+    """`actions.check_item` after the API's value rules (`value_problem`), for one item of a batch."""
+    problem = value_problem(data)
+    if problem is not None:
+        raise ScoreError(problem[0] or "score", problem[1])
+    return actions.check_item(configs, data)
 
 
 class ScoreListView(BaseView, generics.ListAPIView[Score]):
@@ -127,7 +139,7 @@ class ScoreListView(BaseView, generics.ListAPIView[Score]):
         items: list[actions.ScoreInput | ScoreError] = []
         for data in body["scores"]:
             try:
-                items.append(actions.check_item(configs, data))
+                items.append(_checked_item(configs, data))
             except ScoreError as e:
                 items.append(e)
         source = Score.Source.API if key_of(request) is not None else Score.Source.PERSON

@@ -25,7 +25,9 @@ from tests.traces.bad_input_cases import good
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
-from traces.models import Conversation, Note, Project, Run, ShareLink
+from traces.models import Conversation, Note, Project, Run, Score, ShareLink
+from traces.scores import actions as scores
+from traces.scores.api import BODY_LIMIT as SCORES_BODY_LIMIT
 
 WRITE_METHODS = ("post", "put", "patch", "delete")
 #: Columns a refused request may still change: the key's last use and its rate-limit window.
@@ -39,6 +41,7 @@ class World:
     note: Note
     link: ShareLink
     playground: Conversation
+    score: Score
 
 
 @pytest.fixture
@@ -49,7 +52,11 @@ def world(project: Project, alice: Any) -> World:
     link, _raw = sharing.do_create_share_link(run, alice)
     spec = conversations.check_conversation_request({"script": None})
     playground = conversations.start_conversation(project, spec, user=alice)
-    return World(project, run, note, link, playground)
+    config = scores.do_create_config(
+        project, alice, {"name": "walked", "kind": "numeric", "min_value": 1, "max_value": 5}
+    )
+    score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
+    return World(project, run, note, link, playground, score)
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -94,6 +101,19 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         # (test_bad_input.py); here the matrix goes into its parameters (`project` as a JSON field
         # is not read: the query string names the project).
         ("post", "/api/v1/uploads"): {"project": w.project.slug},
+        ("post", "/api/v1/score-configs"): {
+            "project": w.project.pk,
+            "name": "another",
+            "kind": "categorical",
+            "categories": ["a", "b"],
+        },
+        ("post", "/api/v1/scores"): {
+            "project": w.project.slug,
+            "scores": [{"name": "walked", "value": 4, "run_id": w.run.run_id, "comment": "fine"}],
+        },
+        ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
+        ("delete", "/api/v1/scores/{score_id}"): {},
+        ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
     }
@@ -104,6 +124,7 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         path.replace("{conversation_id}", str(w.playground.pk))
         .replace("{note_id}", str(w.note.pk))
         .replace("{link_id}", str(w.link.pk))
+        .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
         .replace("{run_id}", w.run.run_id)
     )
@@ -241,6 +262,8 @@ def body_limit(path: str) -> int:
     API's default."""
     if path == "/api/v1/ingest" or path.endswith(("/conversations", "/messages")):
         return 8192
+    if path == "/api/v1/scores":
+        return SCORES_BODY_LIMIT
     return DEFAULT_BODY_LIMIT
 
 
@@ -257,6 +280,9 @@ def test_every_write_route_refuses_the_matrix_and_stores_nothing(
             if path == "/api/v1/ingest" and r.status_code in (200, 207):
                 answer = r.json()
                 ok = answer["accepted"] == 0  # the event refused alone (207), or an ignored key (200)
+            elif path == "/api/v1/scores" and r.status_code == 207:
+                answer = r.json()
+                ok = answer["created"] == 0  # a batch's bad item is refused alone, per item, as ingest's
             else:
                 answer = r.json()
                 ok = 400 <= r.status_code < 500 and set(answer) == {"error", "detail"}
@@ -323,6 +349,8 @@ def test_a_poisoned_value_anywhere_is_refused(
     assert r.status_code < 500
     if path == "/api/v1/ingest":
         assert r.status_code in (207, 400) and r.json().get("accepted", 0) == 0
+    elif path == "/api/v1/scores":  # a batch: a poisoned item is refused alone (207), or the body (400)
+        assert r.status_code in (207, 400) and r.json().get("created", 0) == 0
     else:
         assert 400 <= r.status_code < 500, (path, where, r.content[:200])
     assert snapshot() == before

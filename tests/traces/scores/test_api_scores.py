@@ -99,7 +99,7 @@ def test_a_body_that_is_no_batch_is_a_400_in_the_one_shape(bob_client: Client, p
         assert r.status_code == 400
         assert set(r.json()) == {"error", "detail"}
     r = bob_client.post("/api/v1/scores", data=b"{not json", content_type="application/json")
-    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
+    assert r.status_code == 400 and "not valid JSON" in r.json()["detail"][0]["message"]
 
 
 def test_a_client_id_makes_a_batch_idempotent(
