@@ -12,7 +12,8 @@ Modules: `teams` (teams, roles and permissions, projects, API keys, invites, log
 audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `projection` (turns, steps,
 context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
-spans as received, the source of truth of a run sent over OTLP). Import every name from
+spans as received, the source of truth of a run sent over OTLP), `dashboard` (a project's model
+prices, the dashboard's per-day rollups and the days marked for a new one). Import every name from
 `traces.models`.
 """
 
@@ -24,6 +25,7 @@ from traces.models.collab import (
     ShareLinkQuerySet,
 )
 from traces.models.conversation import Conversation
+from traces.models.dashboard import ALL_AGENTS, DailyRollup, ModelPrice, RollupDay
 from traces.models.files import (
     StoredFile,
     StoredFileChunk,
@@ -75,10 +77,12 @@ from traces.models.teams import (
 )
 
 __all__ = [
+    "ALL_AGENTS",
     "Action",
     "ApiKey",
     "AuditLog",
     "ContextDecision",
+    "DailyRollup",
     "EMPTY_MESSAGE_TABLE",
     "Event",
     "INVITE_PREFIX",
@@ -87,6 +91,7 @@ __all__ = [
     "LoginFailure",
     "MESSAGE_DECISION_KEYS",
     "Membership",
+    "ModelPrice",
     "MessageDecisionDict",
     "Note",
     "PERMISSIONS",
@@ -95,6 +100,7 @@ __all__ = [
     "Project",
     "ROLE_RANK",
     "RelatedRuns",
+    "RollupDay",
     "Run",
     "ShareLink",
     "Span",
