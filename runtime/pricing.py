@@ -272,13 +272,15 @@ def step_usage(sv: StepView) -> Usage:
 
 
 def format_usd(value: float | None) -> str:
-    """`$1,234.50`, `$0.123`, `$0.0012`, `<$0.0001`; "not priced" for None."""
+    """`$1,234.50`, `$0.123`, `$0.0012`, `$0.000063`, `<$0.000001`; "not priced" for None."""
     if value is None:
         return "not priced"
     if value == 0:
         return "$0.00"
+    if value < 0.000001:
+        return "<$0.000001"
     if value < 0.0001:
-        return "<$0.0001"
+        return f"${value:.6f}"
     if value < 0.01:
         return f"${value:.4f}"
     if value < 1:

@@ -64,8 +64,8 @@ def test_overrides_win_and_unknown_models_are_counted_apart() -> None:
 
 
 def test_format_usd() -> None:
-    assert [format_usd(v) for v in (None, 0, 0.00001, 0.0042, 0.123, 1234.5)] == [
-        "not priced", "$0.00", "<$0.0001", "$0.0042", "$0.123", "$1,234.50",
+    assert [format_usd(v) for v in (None, 0, 1e-7, 0.000063, 0.0042, 0.123, 1234.5)] == [
+        "not priced", "$0.00", "<$0.000001", "$0.000063", "$0.0042", "$0.123", "$1,234.50",
     ]  # fmt: skip
 
 

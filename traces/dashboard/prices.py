@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Sum
 
-from runtime.pricing import Price, PriceTable
+from runtime.pricing import CostSummary, Price, PriceTable
 from traces.models import ModelPrice, Step
+
+
+#: How long a project's own prices stay cached. A change forgets them at once in a shared cache
+#: (`ARCANA_CACHE_URL`); with the default per-process cache another web process may show the old
+#: prices for up to this long.
+PRICES_CACHE_SECONDS = 60
 
 
 def _price(row: ModelPrice) -> Price:
@@ -27,10 +34,23 @@ def _price(row: ModelPrice) -> Price:
     )
 
 
-def project_table(project_id: int) -> PriceTable:
-    """The defaults with the project's own prices over them (one query)."""
-    rows = ModelPrice.objects.filter(project_id=project_id)
-    return PriceTable(overrides={row.model: _price(row) for row in rows})
+def _cache_key(project_id: int) -> str:
+    return f"arcana:prices:{project_id}"
+
+
+def project_table(project_id: int, *, fresh: bool = False) -> PriceTable:
+    """The defaults with the project's own prices over them: one query, then from the cache until the
+    prices change (`forget_table`, called by `traces.dashboard.actions` with each change). `fresh`:
+    read the rows, not the cache (the rollups, which must price with what is stored)."""
+    overrides = None if fresh else cache.get(_cache_key(project_id))
+    if not isinstance(overrides, dict):
+        overrides = {row.model: _price(row) for row in ModelPrice.objects.filter(project_id=project_id)}
+        cache.set(_cache_key(project_id), overrides, PRICES_CACHE_SECONDS)
+    return PriceTable(overrides=overrides)
+
+
+def forget_table(project_id: int) -> None:
+    cache.delete(_cache_key(project_id))
 
 
 def step_rows(steps: Iterable[Any]) -> list[tuple[str, int, int, int]]:
@@ -67,3 +87,15 @@ def attach_run_costs(runs: list[Any]) -> None:
         sums = run_models([r.pk for r in group])
         for run in group:
             run.cost_summary = table.summarize(sums.get(run.pk, []))
+
+
+def run_cost(run: Any, agent: str | None = None) -> CostSummary:
+    """The run's cost (of one pool agent's steps, when given), by model: one grouped query."""
+    return project_table(run.project_id).summarize(run_models([run.pk], agent).get(run.pk, []))
+
+
+def step_costs(project_id: int, steps: list[Any]) -> tuple[CostSummary, list[float | None]]:
+    """The cost of these steps together, and of each (None: its model has no price)."""
+    table = project_table(project_id)
+    rows = step_rows(steps)
+    return table.summarize(rows), [table.cost(*row) for row in rows]

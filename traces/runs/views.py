@@ -17,6 +17,8 @@ from django.views.decorators.http import require_GET
 
 from traces.collab import notes, sharing
 from traces.core import access
+from traces.dashboard import pages as dashboard_pages
+from traces.dashboard import prices
 from traces.models import (
     Action,
     membership_of,
@@ -75,6 +77,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     query.pop("fragment", None)
     rows = list(page.object_list)
+    prices.attach_run_costs(rows)  # issue 37: the Cost column (one grouped query per project)
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
@@ -114,6 +117,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
+    ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
     # The map's own version: run.js fetches it again after a change of the live fragment, and the
@@ -166,6 +170,7 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     run = access.get_run(request, project_id, run_id)
     agent = agent_for(request, run)
     ctx = turn_ctx(request, run, agent, number)
+    dashboard_pages.add_turn_costs(ctx)  # issue 37: the turn's and each step's cost
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     return render(request, "traces/turn.html", ctx)
 
@@ -180,4 +185,5 @@ def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -
     run = access.get_run(request, project_id, run_id)
     # live_parts: the active pins come along, for turn.js to put in the sidebar (#turn-pins).
     ctx = {**turn_ctx(request, run, agent, number), "live_parts": True}
+    dashboard_pages.add_turn_costs(ctx)
     return live.tagged(render(request, "traces/_turn_steps.html", ctx), tag)
