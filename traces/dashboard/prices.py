@@ -16,7 +16,6 @@ from django.db.models import Sum
 from runtime.pricing import CostSummary, Price, PriceTable
 from traces.models import ModelPrice, Step
 
-
 #: How long a project's own prices stay cached. A change forgets them at once in a shared cache
 #: (`ARCANA_CACHE_URL`); with the default per-process cache another web process may show the old
 #: prices for up to this long.
