@@ -95,3 +95,15 @@ def test_histogram_percentiles_merge() -> None:
     assert histograms.percentile(merged, 0.95) == pytest.approx(histograms.upper(histograms.bucket(10_000)))
     assert 100 <= histograms.upper(histograms.bucket(100)) < 100 * 1.13
     assert histograms.percentile({}, 0.5) is None
+
+
+def test_the_beat_task_refreshes_marked_days(project: Project) -> None:
+    from django.conf import settings
+
+    from traces import tasks
+
+    assert settings.CELERY_BEAT_SCHEDULE["refresh-rollups"]["task"] == "traces.tasks.refresh_rollups"
+    ingest_samples(project)
+    days = len(rollups.marked_days(project.pk))
+    assert tasks.refresh_rollups() == {"days": days}
+    assert not RollupDay.objects.exists() and DailyRollup.objects.filter(project=project).exists()
