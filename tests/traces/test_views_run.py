@@ -125,9 +125,9 @@ def test_it_reads_a_run_in_a_bounded_number_of_queries(
 ) -> None:
     # +1 for the caller's teams (the header's team switcher and the delete-run form read them once);
     # +3 for review notes: the run's notes, the caller's role (note and share forms), its share links.
-    # +1 for the compactions table; +2 for the run's cost (issue 37: the project's prices, cached after
-    # a first view, and its steps' tokens per model).
-    with django_assert_max_num_queries(21):
+    # +1 for the compactions table; +2 for the run's cost (issue 37: the project's prices and its
+    # steps' tokens per model); +2 for the context band (the decisions' keys, then the ≤120 drawn).
+    with django_assert_max_num_queries(23):
         r = alice_client.get(run_path(PIN_RUN))
     assert r.status_code == 200
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from traces.dashboard import prices, rollups
+from traces.dashboard import rollups
 from traces.models import ModelPrice, Project
 from traces.teams import audit
 
@@ -57,8 +57,6 @@ def do_set_price(
             {"change": "model price", "model": model, audit.OLD: before, audit.NEW: _values(row)},
         )
         rollups.mark_project(project.pk)
-        prices.forget_table(project.pk)
-        transaction.on_commit(lambda: prices.forget_table(project.pk))  # and what was read meanwhile
     return row
 
 
@@ -78,6 +76,4 @@ def do_delete_price(project: Project, actor: Any, model: str) -> bool:
             {"change": "model price removed", "model": model, audit.OLD: before, audit.NEW: None},
         )
         rollups.mark_project(project.pk)
-        prices.forget_table(project.pk)
-        transaction.on_commit(lambda: prices.forget_table(project.pk))  # and what was read meanwhile
     return True

@@ -10,16 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.cache import cache
 from django.db.models import Sum
 
 from runtime.pricing import CostSummary, Price, PriceTable
 from traces.models import ModelPrice, Step
-
-#: How long a project's own prices stay cached. A change forgets them at once in a shared cache
-#: (`ARCANA_CACHE_URL`); with the default per-process cache another web process may show the old
-#: prices for up to this long.
-PRICES_CACHE_SECONDS = 60
 
 
 def _price(row: ModelPrice) -> Price:
@@ -33,23 +27,11 @@ def _price(row: ModelPrice) -> Price:
     )
 
 
-def _cache_key(project_id: int) -> str:
-    return f"arcana:prices:{project_id}"
-
-
-def project_table(project_id: int, *, fresh: bool = False) -> PriceTable:
-    """The defaults with the project's own prices over them: one query, then from the cache until the
-    prices change (`forget_table`, called by `traces.dashboard.actions` with each change). `fresh`:
-    read the rows, not the cache (the rollups, which must price with what is stored)."""
-    overrides = None if fresh else cache.get(_cache_key(project_id))
-    if not isinstance(overrides, dict):
-        overrides = {row.model: _price(row) for row in ModelPrice.objects.filter(project_id=project_id)}
-        cache.set(_cache_key(project_id), overrides, PRICES_CACHE_SECONDS)
-    return PriceTable(overrides=overrides)
-
-
-def forget_table(project_id: int) -> None:
-    cache.delete(_cache_key(project_id))
+def project_table(project_id: int) -> PriceTable:
+    """The defaults with the project's own prices over them (one query of a small table: read on
+    every page, so a change shows at once on every web process)."""
+    rows = ModelPrice.objects.filter(project_id=project_id)
+    return PriceTable(overrides={row.model: _price(row) for row in rows})
 
 
 def step_rows(steps: Iterable[Any]) -> list[tuple[str, int, int, int]]:

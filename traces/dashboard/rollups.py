@@ -116,7 +116,7 @@ class _Acc:
 def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) -> list[DailyRollup]:
     """The rollup rows of one (project, day), from the rows of the runs that started that day.
     Long because it reads four grouped queries into one set of rows; each step is a few lines."""
-    table = table or project_table(project_id, fresh=True)
+    table = table or project_table(project_id)
     start, end = day_bounds(day)
     runs = Run.objects.filter(project_id=project_id, started_at__gte=start, started_at__lt=end)
     info: dict[int, tuple[str, str, list[str]]] = {}
@@ -236,7 +236,7 @@ def refresh_marked(limit: int = 200) -> int:
     marks = list(RollupDay.objects.order_by("marked_at").values_list("project_id", "day")[:limit])
     tables: dict[int, PriceTable] = {}
     for project_id, day in marks:
-        table = tables.setdefault(project_id, project_table(project_id, fresh=True))
+        table = tables.setdefault(project_id, project_table(project_id))
         refresh_day(project_id, day, table)
     return len(marks)
 
@@ -261,7 +261,7 @@ def refresh_project(project_id: int, *, budget: int | None = INLINE_RUNS) -> lis
             ).count()
         if runs > budget:
             return days
-    table = project_table(project_id, fresh=True)
+    table = project_table(project_id)
     for d in days:
         refresh_day(project_id, d, table)
     return []
@@ -271,7 +271,7 @@ def rebuild_project(project_id: int) -> int:
     """Mark and refresh every day of the project (after an import, or to repair). Returns the days."""
     mark_project(project_id)
     days = marked_days(project_id)
-    table = project_table(project_id, fresh=True)
+    table = project_table(project_id)
     for d in days:
         refresh_day(project_id, d, table)
     return len(days)

@@ -34,3 +34,9 @@ def ms(value: Any) -> str:
 def percent(value: Any) -> str:
     """0.125 → "12.5%"; "—" for None."""
     return "—" if value is None else f"{float(value) * 100:.1f}%"
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    """`mapping[key]` in a template (0 when missing)."""
+    return mapping.get(key, 0) if isinstance(mapping, dict) else 0
