@@ -27,6 +27,7 @@ from tests.traces.runtime_trace import write_runtime_trace
 from tests.traces.views_helpers import OUR_RUN, PIN_RUN, POOL_RUN, ingest_file, ingest_samples
 from traces.collab import sharing
 from traces.compare.service import compare_url
+from traces.dashboard.sessions import session_url
 from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
 from traces.teams import actions as teams
 
@@ -68,6 +69,8 @@ NOT_PAGES = {
     "logout",
     "healthz",
     "favicon",  # a redirect to the icon file
+    "traces:dashboard_index",  # a redirect to the first project's dashboard
+    "traces:price_delete",
 }
 
 
@@ -159,6 +162,11 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
         "/compare?run=" + f"{s.project.pk}:{s.our_run.run_id}",  # one run picked: the "pick two" page
     ],
     "traces:run_again": lambda s: [f"/projects/{s.project.pk}/conversations/{s.conversation.pk}/again"],
+    # Issue 37: the project dashboard (all, and one pool agent), its prices, sessions and a session.
+    "traces:dashboard": lambda s: [f"/projects/{s.project.pk}", f"/projects/{s.project.pk}?agent=critic"],
+    "traces:prices": lambda s: [f"/projects/{s.project.pk}/prices"],
+    "traces:sessions": lambda s: ["/sessions"],
+    "traces:session": lambda s: [session_url(s.project.pk, f"run:{s.our_run.run_id}")],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}
 

@@ -66,6 +66,10 @@ class DayFigures:
         return self.prompt_tokens + self.completion_tokens
 
     @property
+    def priced_tokens(self) -> int:
+        return self.tokens - self.unpriced_tokens
+
+    @property
     def failure_rate(self) -> float | None:
         return self.failed / self.runs if self.runs else None
 
