@@ -58,8 +58,8 @@ class DayFigures:
     def add(self, row: dict[str, Any]) -> None:
         for name in _SUMS:
             setattr(self, name, getattr(self, name) + (row[name] or 0))
-        self.run_ms = histograms.merge([self.run_ms, row["run_ms"]])
-        self.step_ms = histograms.merge([self.step_ms, row["step_ms"]])
+        histograms.merge_into(self.run_ms, row["run_ms"])
+        histograms.merge_into(self.step_ms, row["step_ms"])
 
     @property
     def tokens(self) -> int:

@@ -42,6 +42,12 @@ def merge(hists: Iterable[dict[str, int]]) -> dict[str, int]:
     return out
 
 
+def merge_into(into: dict[str, int], hist: dict[str, int] | None) -> None:
+    """Add `hist` to `into`, in place."""
+    for k, n in (hist or {}).items():
+        into[k] = into.get(k, 0) + int(n)
+
+
 def percentile(hist: dict[str, int], q: float) -> float | None:
     """The `q` quantile (0..1) of a histogram, as its bucket's upper bound; None when empty."""
     items = sorted((int(k), int(n)) for k, n in (hist or {}).items() if int(n) > 0)
