@@ -107,3 +107,34 @@ def test_the_beat_task_refreshes_marked_days(project: Project) -> None:
     days = len(rollups.marked_days(project.pk))
     assert tasks.refresh_rollups() == {"days": days}
     assert not RollupDay.objects.exists() and DailyRollup.objects.filter(project=project).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_marks_the_days_of_the_runs_stored_before_it(project: Project) -> None:
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    ingest_samples(project)
+    days = {
+        rollups.day_of(r.started_at) for r in Run.objects.filter(project=project, started_at__isnull=False)
+    }
+    executor = MigrationExecutor(connection)
+    executor.migrate([("traces", "0020_otlp_spans")])
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert set(rollups.marked_days(project.pk)) == days
+    assert rollups.refresh_project(project.pk) == []
+    assert (
+        DailyRollup.objects.filter(project=project, agent=ALL_AGENTS).aggregate(s=Sum("runs"))["s"]
+        == Run.objects.filter(project=project, started_at__isnull=False).count()
+    )
+
+
+def test_a_rebuild_marks_the_project(project: Project) -> None:
+    ingest_samples(project)
+    rollups.refresh_marked()
+    ingest.do_rebuild_projections(project=project)
+    assert set(rollups.marked_days(project.pk)) == set(
+        DailyRollup.objects.filter(project=project).values_list("day", flat=True)
+    )
