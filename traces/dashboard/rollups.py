@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -224,10 +224,15 @@ def refresh_day(project_id: int, day: dt.date, table: PriceTable | None = None) 
     Returns the number of rollup rows written."""
     started = timezone.now()
     rows = compute_day(project_id, day, table)
-    with transaction.atomic():
-        DailyRollup.objects.filter(project_id=project_id, day=day).delete()
-        DailyRollup.objects.bulk_create(rows)
-        RollupDay.objects.filter(project_id=project_id, day=day, marked_at__lte=started).delete()
+    try:
+        with transaction.atomic():
+            DailyRollup.objects.filter(project_id=project_id, day=day).delete()
+            DailyRollup.objects.bulk_create(rows)
+            RollupDay.objects.filter(project_id=project_id, day=day, marked_at__lte=started).delete()
+    except IntegrityError:
+        # Another refresh of the same day (the beat task and a dashboard view at once) wrote it
+        # first: its rows are as fresh as ours; a mark made since stays for the next refresh.
+        return 0
     return len(rows)
 
 

@@ -138,3 +138,23 @@ def test_a_rebuild_marks_the_project(project: Project) -> None:
     assert set(rollups.marked_days(project.pk)) == set(
         DailyRollup.objects.filter(project=project).values_list("day", flat=True)
     )
+
+
+def test_two_refreshes_of_one_day_at_once_leave_one_set_of_rows(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingest_samples(project)
+    day = rollups.marked_days(project.pk)[0]
+    real = DailyRollup.objects.bulk_create
+    other = rollups.compute_day(project.pk, day)
+
+    def after_the_other_refresh(rows: Any, *args: Any, **kwargs: Any) -> Any:
+        real(other)  # another refresh wrote the day between our delete and our insert
+        return real(rows, *args, **kwargs)
+
+    monkeypatch.setattr(DailyRollup.objects, "bulk_create", after_the_other_refresh)
+    assert rollups.refresh_day(project.pk, day) == 0  # ours gave way, no error
+    monkeypatch.undo()
+    assert DailyRollup.objects.filter(project=project, day=day).count() == 0  # rolled back, both
+    assert day in rollups.marked_days(project.pk)  # so the mark stays for the next refresh
+    assert rollups.refresh_day(project.pk, day) == len(other)
