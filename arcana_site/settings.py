@@ -370,6 +370,14 @@ CELERY_BEAT_SCHEDULE["judge-new-runs"] = {
     "options": {"queue": ARCANA_AGENTS_QUEUE},
 }
 
+# The dashboard's rollups (issue 37): the days ingestion marked are recomputed this often.
+ARCANA_ROLLUP_SECONDS = envint("ARCANA_ROLLUP_SECONDS", default=30, minimum=5)
+CELERY_BEAT_SCHEDULE["refresh-rollups"] = {
+    "task": "traces.tasks.refresh_rollups",
+    "schedule": float(ARCANA_ROLLUP_SECONDS),
+    "options": {"queue": ARCANA_INGEST_QUEUE},
+}
+
 # Retention (issue 13): runs older than their project's retention_days are deleted, audited.
 ARCANA_RETENTION_SWEEP_SECONDS = envint("ARCANA_RETENTION_SWEEP_SECONDS", default=3600, minimum=10)
 CELERY_BEAT_SCHEDULE["enforce-retention"] = {

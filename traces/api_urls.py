@@ -11,6 +11,7 @@ from drf_spectacular.views import SpectacularAPIView
 from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
+from traces.dashboard import api as api_dashboard
 from traces.ingest import api as ingest_api
 from traces.otlp.api import OtlpTracesView
 from traces.runs import api
@@ -33,6 +34,9 @@ urlpatterns = [
     path("runs/<run_id:run_id>/turns/<id:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
     path("runs/<run_id:run_id>/events", api.LegacyRunView.as_view(), name="api-legacy-events"),
     path("compare", api_compare.CompareView.as_view(), name="api-compare"),
+    # The dashboard's figures and the price table (traces/dashboard/api.py, issue 37).
+    path("projects/<id:project_id>/dashboard", api_dashboard.DashboardView.as_view(), name="api-dashboard"),
+    path("projects/<id:project_id>/prices", api_dashboard.PriceListView.as_view(), name="api-prices"),
     path("share-links", api_collab.ShareLinkListView.as_view(), name="api-share-links"),
     path("share-links/<id:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),

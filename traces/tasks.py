@@ -93,6 +93,15 @@ def judge_new_runs() -> dict[str, int]:
     return judges.judge_new_runs()
 
 
+@shared_task(name="traces.tasks.refresh_rollups", ignore_result=True, soft_time_limit=300, time_limit=360)
+def refresh_rollups() -> dict[str, int]:
+    """Periodic (Celery beat): recompute the dashboard's days that ingestion or deletion marked
+    (`traces.dashboard.rollups.refresh_marked`). Safe to run twice: a day is replaced whole."""
+    from traces.dashboard import rollups
+
+    return {"days": rollups.refresh_marked()}
+
+
 @shared_task(name="traces.tasks.enforce_retention")
 def enforce_retention() -> dict[str, int]:
     """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per

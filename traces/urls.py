@@ -13,6 +13,7 @@ from traces.collab import views as views_collab
 from traces.compare import views as views_compare
 from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
+from traces.dashboard import views as views_dashboard
 from traces.ingest import views as ingest_views
 from traces.runs import views
 from traces.scores import views as views_scores
@@ -39,6 +40,14 @@ urlpatterns = [
     path("runs/<run_id:run_id>", views.legacy_run, name="legacy_run"),
     path("runs/<run_id:run_id>/turns/<id:number>", views.legacy_run, name="legacy_turn"),
     path("uploads", ingest_views.uploads, name="uploads"),
+    # The project dashboard, its prices and sessions (traces/dashboard/views.py, issue 37). A session's
+    # key is `bundle:<bundle_id>` or `run:<run_id>`, encoded like a run id.
+    path("dashboard", views_dashboard.dashboard_index, name="dashboard_index"),
+    path("projects/<id:project_id>", views_dashboard.dashboard, name="dashboard"),
+    path("projects/<id:project_id>/prices", views_dashboard.prices, name="prices"),
+    path("projects/<id:project_id>/prices/delete", views_dashboard.price_delete, name="price_delete"),
+    path("sessions", views_dashboard.session_list, name="sessions"),
+    path("projects/<id:project_id>/sessions/<run_id:key>", views_dashboard.session, name="session"),
     # Two runs side by side (traces/compare/views.py): `?a=<project_id>:<run_id>&b=…`, URL-encoded.
     path("compare", views_compare.compare, name="compare"),
     path("compare/live", views_compare.compare_live, name="compare_live"),

@@ -13,6 +13,7 @@ from .._trace_reader import (
     TurnView,
 )
 from ..facts import run_outcome, step_failure, turn_outcome
+from ..pricing import CostSummary, PriceTable, format_usd, step_usage
 from .command import Command
 from .formatting import (
     UNRECORDED_CALL,
@@ -129,6 +130,7 @@ def cmd_show(c: Command) -> int:
                 "run_id": rid,
                 "agent": c.args.agent,
                 "total_events": total,
+                "cost": run_cost(c.reader.turns(rid), c.args.agent).to_dict(),
                 "events": [_show_json(ne, steps, pins, arcana) for ne in shown],
             }
         )
@@ -145,6 +147,7 @@ def cmd_show(c: Command) -> int:
         c.out.line(f"Bundle: {summary.bundle_id}")
     if summary.delegated_by_run_id:
         c.out.line(f"Delegated by: {summary.delegated_by_run_id}")
+    c.out.line(f"Cost: {cost_line(run_cost(c.reader.turns(rid), c.args.agent))}")
     c.out.line()
     for ne in shown:
         ev = ne.event
@@ -153,6 +156,31 @@ def cmd_show(c: Command) -> int:
             sv = steps.get((ne.agent, ne.turn or 0, ne.step or 0))
             _context_lines(c, ev, sv, pins, arcana)
     return c.report_line_errors(files)
+
+
+def run_cost(turns: list[TurnView], agent: str | None = None) -> CostSummary:
+    """The cost of a run's steps (of one agent's, when given) with the default price table."""
+    rows = []
+    for tv in turns:
+        if agent is not None and tv.agent != agent:
+            continue
+        for sv in tv.steps:
+            u = step_usage(sv)
+            rows.append((step_model(sv) or "", u.prompt_tokens, u.completion_tokens, u.cached_tokens))
+    return PriceTable().summarize(rows)
+
+
+def cost_line(cost: CostSummary) -> str:
+    """`$0.0123 (gpt-4o-mini: 1,200 in / 80 out)`; the tokens of models without a price are named,
+    never priced."""
+    parts = [
+        f"{e.model or 'unknown model'}: {e.prompt_tokens:,} in / {e.completion_tokens:,} out"
+        + ("" if e.cost is not None else ", no price for this model")
+        for e in sorted(cost.by_model.values(), key=lambda e: e.model)
+        if e.tokens
+    ]
+    total = format_usd(cost.cost) if cost.any_priced else "not priced"
+    return total + (f" ({'; '.join(parts)})" if parts else " (no tokens recorded)")
 
 
 def _show_json(

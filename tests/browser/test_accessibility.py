@@ -34,6 +34,7 @@ from tests.traces.views_helpers import (
 )
 from traces.collab import sharing
 from traces.compare.service import compare_url
+from traces.dashboard.sessions import session_url
 from traces.models import ApiKey, Conversation, Membership, Note, Project, Run, Upload
 from traces.teams import actions as teams
 
@@ -93,6 +94,8 @@ NOT_PAGES = {
     "logout",
     "healthz",
     "favicon",  # a redirect to the icon file
+    "traces:dashboard_index",  # a redirect to the first project's dashboard
+    "traces:price_delete",
 }
 
 
@@ -257,6 +260,11 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
         f"/projects/{s.project.pk}/queues/{s.scores['queue'].pk}/items/{s.scores['item'].pk}"
     ],
     "traces:judge_run": lambda s: [f"/projects/{s.project.pk}/judge-runs/{s.scores['judge_run'].pk}"],
+    # Issue 37: the project dashboard (all, and one pool agent), its prices, sessions and a session.
+    "traces:dashboard": lambda s: [f"/projects/{s.project.pk}", f"/projects/{s.project.pk}?agent=critic"],
+    "traces:prices": lambda s: [f"/projects/{s.project.pk}/prices"],
+    "traces:sessions": lambda s: ["/sessions"],
+    "traces:session": lambda s: [session_url(s.project.pk, f"run:{s.our_run.run_id}")],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}
 

@@ -157,7 +157,7 @@ def test_it_says_whether_messages_were_dropped_compressed_or_summarized(
     code, out, _ = run(capsys, "show", C, "--context", "--dir", PIN_RECALL)
     assert code == 0
     lines = out.splitlines()
-    assert lines[4].endswith("tail_preserve  9 → 7 messages (2 dropped)  (turn 1)")
+    assert lines[5].endswith("tail_preserve  9 → 7 messages (2 dropped)  (turn 1)")  # after Cost:
     assert "       messages: 9 → 7 (2 dropped) · budget 3113/1903" in lines
     assert "       messages: 15 → 17 (8 compressed) · budget 1183/1853" in lines
     assert "       messages: 26 → 9 (19 summarized) · budget 687/1879" in lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from traces.dashboard import rollups
 from traces.models import ContextDecision, Event, Pin, PrimitiveEvent, Project, Run, Step, Turn
 
 # Children before parents. `_raw_delete` is one DELETE per table without Django's collector (which
@@ -29,6 +30,7 @@ def do_delete_run(run: Run) -> None:
             qs = model.objects.filter(run_id=run.pk)
             qs._raw_delete(qs.db)
         locked.delete()
+        rollups.mark_runs(run.project_id, [locked])  # the dashboard's day of the run
 
 
 def do_delete_runs_of_project(project: Project) -> None:

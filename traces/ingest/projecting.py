@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from django.utils import timezone
 
 from runtime import TraceEvent
+from traces.dashboard import rollups
 from traces.ingest.bulk import insert_projections
 from traces.ingest.counters import whole_run_tally
 from traces.ingest.events import is_local_batch
@@ -42,6 +43,7 @@ def project_runs(project: Project, batch: RawBatch, early: dict[str, Projection]
     stored (a new run whose events changed since, when storing found some stored already, is
     projected again). Must run inside the batch's transaction, holding its runs' locks."""
     changed = batch.changed()
+    started_before = {run.pk: run.started_at for run in changed}  # the dashboard's days (below)
     full = [run for run in changed if run.events == 0]
     projected = [
         proj
@@ -74,6 +76,8 @@ def project_runs(project: Project, batch: RawBatch, early: dict[str, Projection]
             tally=True,
             continued=continued or (),
         )
+    # The dashboard: the days these runs started on (and started on before) need a new rollup.
+    rollups.mark_runs(project.pk, changed, started_before)
 
 
 def delete_projections(run_pks: list[int]) -> None:

@@ -36,6 +36,7 @@ from runtime.facts import (
     turn_outcome,
 )
 from runtime.otlp import OTLP_PRODUCER
+from runtime.pricing import step_usage
 from traces.ingest.events import local_turn
 from traces.models import (
     MESSAGE_DECISION_KEYS,
@@ -147,14 +148,6 @@ def message_decisions(value: Any) -> list[list[Any]]:
     return out
 
 
-def _usage(usage: Any) -> tuple[int, int, int]:
-    u = _dict(usage)
-    p = _int(u.get("prompt_tokens")) or 0
-    c = _int(u.get("completion_tokens")) or 0
-    t = _int(u.get("total_tokens")) or (p + c)
-    return p, c, t
-
-
 @dataclass
 class Projection:
     """Projection rows of one run as plain dicts of column values (attnames; FKs filled in at write)."""
@@ -172,12 +165,8 @@ def _step_row(sv: StepView) -> dict[str, Any]:
     md = te.metadata if te is not None else {}
     facts = _dict(md.get("facts"))
     assessment = _dict(md.get("assessment"))
-    prompt, completion, total = _usage(facts.get("usage"))
+    usage = step_usage(sv)  # the turn event's usage, else its chat llm_calls' (runtime.pricing)
     chat_calls = [e for e in sv.llm_calls if e.metadata.get("purpose") != "summarize" and e.is_ours]
-    if not facts.get("usage") and chat_calls:
-        for e in chat_calls:
-            p, c, t = _usage(e.metadata.get("usage"))
-            prompt, completion, total = prompt + p, completion + c, total + t
     model = step_model(sv) or ""
     latency = te.llm_latency_ms if te is not None else None
     if latency is None and chat_calls:
@@ -195,9 +184,10 @@ def _step_row(sv: StepView) -> dict[str, Any]:
         "number": sv.step,
         "step_id": sv.step_id,
         "model": model[:200],
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": total,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "cached_tokens": usage.cached_tokens,
         "finish_reason": (_str(facts.get("finish_reason")) or "")[:50],
         "assistant_text": _str(facts.get("assistant_text")),
         "tool_calls": tool_calls,

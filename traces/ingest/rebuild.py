@@ -12,6 +12,7 @@ from django.db import transaction
 
 from runtime import TraceEvent
 from runtime.errors import TraceFormatError
+from traces.dashboard import rollups
 from traces.ingest.pipeline import is_outage
 from traces.ingest.projecting import delete_projections, do_write_projections
 from traces.ingest.validation import check_event, printable
@@ -37,7 +38,9 @@ def do_rebuild_projections(
         qs = qs.filter(run_id=run_id)
     found: list[str] = [] if problems is None else problems
     count = 0
+    touched: set[int] = set()
     for pk, pid, rid in qs.order_by("pk").values_list("pk", "project_id", "run_id"):
+        touched.add(pid)
         label = f"run {rid!r} of project {pid}"
         try:
             with transaction.atomic():
@@ -58,6 +61,8 @@ def do_rebuild_projections(
             found.append(f"{label}: not rebuilt ({type(exc).__name__}: {printable(str(exc), 300)})")
             continue
         count += 1
+    for pid in sorted(touched):  # the dashboard: every day of these projects needs a new rollup
+        rollups.mark_project(pid)
     return count
 
 

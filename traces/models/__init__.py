@@ -13,7 +13,8 @@ audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `proje
 context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
 spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
-address, review queues, judges and their runs). Import every name from
+address, review queues, judges and their runs), `dashboard` (a project's model prices, the
+dashboard's per-day rollups and the days marked for a new one). Import every name from
 `traces.models`.
 """
 
@@ -25,6 +26,7 @@ from traces.models.collab import (
     ShareLinkQuerySet,
 )
 from traces.models.conversation import Conversation
+from traces.models.dashboard import ALL_AGENTS, DailyRollup, ModelPrice, RollupDay
 from traces.models.files import (
     StoredFile,
     StoredFileChunk,
@@ -86,10 +88,12 @@ from traces.models.teams import (
 )
 
 __all__ = [
+    "ALL_AGENTS",
     "Action",
     "ApiKey",
     "AuditLog",
     "ContextDecision",
+    "DailyRollup",
     "EMPTY_MESSAGE_TABLE",
     "Event",
     "INVITE_PREFIX",
@@ -98,6 +102,7 @@ __all__ = [
     "LoginFailure",
     "MESSAGE_DECISION_KEYS",
     "Membership",
+    "ModelPrice",
     "MessageDecisionDict",
     "Note",
     "PERMISSIONS",
@@ -106,6 +111,7 @@ __all__ = [
     "Project",
     "ROLE_RANK",
     "RelatedRuns",
+    "RollupDay",
     "Run",
     "ShareLink",
     "Span",

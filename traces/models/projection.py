@@ -115,6 +115,8 @@ class Step(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     total_tokens = models.PositiveBigIntegerField(default=0)
+    # The part of prompt_tokens read from a prompt cache (runtime.pricing.step_usage), priced apart.
+    cached_tokens = models.PositiveBigIntegerField(default=0)
     finish_reason = models.CharField(max_length=50, blank=True)
     # None when the trace kept only a digest (Arcana "minimized"), "" when the model said nothing.
     assistant_text = models.TextField(null=True, blank=True)  # noqa: DJ001

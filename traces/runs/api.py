@@ -22,6 +22,7 @@ from traces.core.api import (
 )
 from traces.core.authentication import key_of
 from traces.core.serializers import ErrorSerializer, represent, represent_many
+from traces.dashboard import prices
 from traces.models import (
     Action,
     Event,
@@ -158,6 +159,7 @@ class RunDetailView(BaseView):
         pins = sqlread.fetch(Pin, "WHERE run_id = %s ORDER BY created_turn, created_step, id", [run.pk])
         data["pins"] = represent_many(PinSerializer, pins)
         data["related"] = related_runs(run)
+        data["cost"] = prices.run_cost(run).to_dict()  # issue 37: by model, with the project's prices
         return Response(data)
 
     @extend_schema(
@@ -230,7 +232,7 @@ class TurnDetailView(BaseView):
         turn_list = list(turns.order_by("agent"))
         if not turn_list:
             raise Http404("no such turn")
-        steps = (
+        steps_qs = (
             Step.objects.filter(turn__in=turn_list)
             .select_related("decision")
             .prefetch_related(
@@ -238,6 +240,12 @@ class TurnDetailView(BaseView):
             )
             .order_by("agent", "number")
         )
+        steps = list(steps_qs)
+        turn_cost, step_costs = prices.step_costs(run.project_id, steps)  # issue 37
+        step_list = represent_many(StepSerializer, steps)
+        for item, step, cost in zip(step_list, steps, step_costs, strict=True):
+            item["cached_tokens"] = step.cached_tokens
+            item["cost_usd"] = None if cost is None else round(cost, 8)
         primitives = run.primitive_events.filter(turn_number=number)
         if agent is not None:
             primitives = primitives.filter(agent=agent)
@@ -250,7 +258,8 @@ class TurnDetailView(BaseView):
                 "turn": number,
                 "agents": [t.agent for t in turn_list],
                 "turns": represent_many(TurnSerializer, turn_list),
-                "steps": represent_many(StepSerializer, steps),
+                "steps": step_list,
+                "cost": turn_cost.to_dict(),
                 "active_pins": represent_many(PinSerializer, run.active_pins_at(number, agent=agent)),
                 "primitive_events": represent_many(
                     PrimitiveEventSerializer, primitives.order_by("timestamp", "id")

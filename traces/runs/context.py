@@ -199,6 +199,7 @@ def turn_ctx(request: HttpRequest, run: Run, agent: str, number: int) -> dict[st
             "changes_html": sp.changes_html,
             "primitives": sp.primitives,
             "snapshot": sp.snapshot,
+            "comp": sp.composition,  # issue 37: what filled the context
             # The step's drawn parts are cached with the turn's (templates/traces/_turn_step_*.html).
             "part_key": parts.key,
         }

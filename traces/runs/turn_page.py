@@ -33,12 +33,13 @@ from django.core.cache import cache
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from traces.dashboard.composition import Composition, step_composition
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
 from traces.runs import queries
 from traces.runs.run_page import Escaper, escaper, rows_html
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
-TURN_CACHE_VERSION = 2
+TURN_CACHE_VERSION = 3  # 3: StepPart.composition (issue 37)
 
 TURN_CACHE_SECONDS = 3600
 
@@ -55,6 +56,9 @@ class StepPart:
     changes_html: str  # "what changed" (`changes_html`, markup by `format_html`), "" for a run's first step
     primitives: list[tuple[PrimitiveEvent, str]]  # (call, its one-line summary)
     snapshot: dict[str, Any] | None
+    # What filled the step's context (issue 37, `traces.dashboard.composition`), worked out from the
+    # decision's table before the table is dropped from the cached parts.
+    composition: Composition | None = None
 
 
 @dataclass
@@ -123,6 +127,7 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
     for step in steps:
         decision = getattr(step, "decision", None)
         table, changes, listed = "", None, ""
+        composition = step_composition(step, decision)
         if decision is not None:
             mds = decision.message_decisions
             table = decision_table_html(queries.decision_rows(mds, prev_mds, pins, number), esc)
@@ -141,6 +146,7 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
                 changes_html=listed,
                 primitives=[(ev, line) for ev, line in summaries if ev.step_id == step.id],
                 snapshot=_snapshot(step.prompt_snapshot),
+                composition=composition,
             )
         )
     return TurnParts(

@@ -18,6 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces.collab import notes, sharing
 from traces.core import access
+from traces.dashboard import composition, prices
+from traces.dashboard import pages as dashboard_pages
 from traces.models import (
     Action,
     Conversation,
@@ -81,6 +83,7 @@ def runs(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     query.pop("fragment", None)
     rows = list(page.object_list)
+    prices.attach_run_costs(rows)  # issue 37: the Cost column (one grouped query per project)
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
@@ -129,6 +132,8 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
+    ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
+    ctx["band"] = composition.run_band(run, agent)  # issue 37: what filled the context, over the run
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
     # The map's own version: run.js fetches it again after a change of the live fragment, and the
@@ -229,6 +234,7 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     ctx = turn_ctx(request, run, agent, number)
     # Scores (issue 36), for the caller's role that the note forms read (turn_ctx's `note_member`).
     ctx.update(score_panel_ctx(run, ctx.get("note_member"), agent=agent, turn=number))
+    dashboard_pages.add_turn_costs(ctx)  # issue 37: the turn's and each step's cost
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     return render(request, "traces/turn.html", ctx)
 
@@ -243,4 +249,5 @@ def turn_live(request: HttpRequest, project_id: int, run_id: str, number: int) -
     run = access.get_run(request, project_id, run_id)
     # live_parts: the active pins come along, for turn.js to put in the sidebar (#turn-pins).
     ctx = {**turn_ctx(request, run, agent, number), "live_parts": True}
+    dashboard_pages.add_turn_costs(ctx)
     return live.tagged(render(request, "traces/_turn_steps.html", ctx), tag)

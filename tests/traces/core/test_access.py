@@ -169,6 +169,10 @@ def project_kw(w: World) -> dict[str, Any]:
     return {"team_id": w.team.pk, "project_id": w.project.pk}
 
 
+def proj_only(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk}
+
+
 def run_kw(w: World) -> dict[str, Any]:
     return {"project_id": w.project.pk, "run_id": w.run.run_id}
 
@@ -339,6 +343,27 @@ TABLE: dict[str, list[Case]] = {
         ),
     ],  # fmt: skip
     "uploads": [Case("GET", none, OWN_SCOPE_PAGE)],
+    # The dashboard, prices and sessions (issue 37)
+    "dashboard": [
+        Case("GET", none, E(302, 302, 302, 302, 302, 302), note="to the first project's dashboard")
+    ],
+    "projects/<project_id>": [Case("GET", proj_only, PAGE_READ)],
+    "projects/<project_id>/prices": [
+        Case("GET", proj_only, PAGE_READ),
+        Case(
+            "POST",
+            proj_only,
+            E(302, 404, 403, 403, 302, 302),
+            data=lambda w: {"model": "m-1", "input_per_million": "1", "output_per_million": "2"},
+        ),
+    ],
+    "projects/<project_id>/prices/delete": [
+        Case("POST", proj_only, E(302, 404, 403, 403, 302, 302), data=lambda w: {"model": "m-1"}),
+    ],
+    "sessions": [Case("GET", none, OWN_SCOPE_PAGE)],
+    "projects/<project_id>/sessions/<key>": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "key": f"run:{w.run.run_id}"}, PAGE_READ)
+    ],
     # Teams
     "teams": [
         Case("GET", none, OWN_SCOPE_PAGE),
@@ -703,6 +728,8 @@ TABLE: dict[str, list[Case]] = {
         ),
     ],  # fmt: skip
     "api/v1/compare": [Case("GET", none, API_READ, query=two_runs)],
+    "api/v1/projects/<project_id>/dashboard": [Case("GET", proj_only, API_READ)],
+    "api/v1/projects/<project_id>/prices": [Case("GET", proj_only, API_READ)],
     "api/v1/share-links": [
         Case("GET", none, E(401, 200, 200, 200, 200, 200)),
         Case(

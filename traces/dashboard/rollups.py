@@ -1,0 +1,282 @@
+"""The dashboard's per-day rollups (DESIGN.md §10): kept per project and day, so that a dashboard view
+reads at most a few hundred small rows and never scans events, nor the runs of its range.
+
+- **Marking.** Ingestion (`traces.ingest.projecting.project_runs`) and deletion
+  (`traces.ingest.deletion.do_delete_run`) call `mark_runs` / `mark_days` inside their transaction: one
+  upsert of `RollupDay(project, day)` per batch, `marked_at` moved to now.
+- **Refreshing.** `refresh_day` recomputes a day from its runs' rows (`Run`, `Step` grouped per run,
+  agent and model, `ContextDecision` counts) — never the raw events — and replaces its rollup rows;
+  the mark is cleared only if nobody marked the day again meanwhile. The `refresh_rollups` beat task
+  (`traces.tasks`, every `ARCANA_ROLLUP_SECONDS`) refreshes marked days; the dashboard refreshes the
+  marked days of its project itself when they are small (`refresh_project`), so a small project is
+  never stale.
+- A day is the UTC day a run **started**: a run counts, with all its steps and cost, on that day.
+- A price change marks every day of the project (`mark_project`): the cost is priced at refresh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from runtime.pricing import PriceTable
+from traces.dashboard import histograms
+from traces.dashboard.prices import project_table
+from traces.models import ALL_AGENTS, ContextDecision, DailyRollup, RollupDay, Run, Step
+
+#: The dashboard refreshes its project's marked days itself while they hold at most this many runs.
+INLINE_RUNS = 3000
+
+
+def day_of(instant: dt.datetime | None) -> dt.date | None:
+    return None if instant is None else instant.astimezone(dt.UTC).date()
+
+
+def day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    start = dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
+    return start, start + dt.timedelta(days=1)
+
+
+def mark_days(project_id: int, days: Iterable[dt.date | None]) -> None:
+    """Mark these days of the project for a new rollup (one statement)."""
+    now = timezone.now()
+    rows = [RollupDay(project_id=project_id, day=d, marked_at=now) for d in sorted({d for d in days if d})]
+    if rows:
+        RollupDay.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["project", "day"], update_fields=["marked_at"]
+        )
+
+
+def mark_runs(
+    project_id: int, runs: Iterable[Run], before: dict[int, dt.datetime | None] | None = None
+) -> None:
+    """Mark the start days of `runs` (and, from `before`, the day each started on before, when a
+    batch moved its start)."""
+    days = {day_of(r.started_at) for r in runs}
+    days |= {day_of(v) for v in (before or {}).values()}
+    mark_days(project_id, days)
+
+
+def mark_project(project_id: int) -> None:
+    """Mark every day of the project that has runs or rollups (a price change)."""
+    days = set(
+        Run.objects.filter(project_id=project_id, started_at__isnull=False)
+        .annotate(d=TruncDate("started_at", tzinfo=dt.UTC))
+        .values_list("d", flat=True)
+        .distinct()
+    )
+    days |= set(DailyRollup.objects.filter(project_id=project_id).values_list("day", flat=True).distinct())
+    mark_days(project_id, days)
+
+
+@dataclass
+class _Acc:
+    """One rollup row being summed."""
+
+    runs: int = 0
+    failed: int = 0
+    running: int = 0
+    run_ms: dict[str, int] = field(default_factory=dict)
+    step_ms: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    cost: float = 0.0
+    unpriced: int = 0
+    by_model: dict[str, list[Any]] = field(default_factory=dict)
+    compactions: int = 0
+    compacted: set[int] = field(default_factory=set)
+    lost: int = 0
+    lost_runs: set[int] = field(default_factory=set)
+    pins: int = 0
+    recalls: int = 0
+    pinned: int = 0
+    recalled: int = 0
+
+    def add_steps(self, model: str, n: int, p: int, c: int, k: int, cost: float | None) -> None:
+        self.steps += n
+        self.prompt, self.completion, self.cached = self.prompt + p, self.completion + c, self.cached + k
+        entry = self.by_model.setdefault(model, [0, 0, 0, 0, None])
+        entry[0], entry[1], entry[2], entry[3] = entry[0] + n, entry[1] + p, entry[2] + c, entry[3] + k
+        if cost is None:
+            self.unpriced += p + c
+        else:
+            self.cost += cost
+            entry[4] = (entry[4] or 0.0) + cost
+
+
+def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) -> list[DailyRollup]:
+    """The rollup rows of one (project, day), from the rows of the runs that started that day.
+    Long because it reads four grouped queries into one set of rows; each step is a few lines."""
+    table = table or project_table(project_id)
+    start, end = day_bounds(day)
+    runs = Run.objects.filter(project_id=project_id, started_at__gte=start, started_at__lt=end)
+    info: dict[int, tuple[str, str, list[str]]] = {}
+    accs: dict[tuple[str, str, str], _Acc] = {}
+
+    def keys(pk: int, agent: str | None = None) -> list[_Acc]:
+        source, model, agents = info[pk]
+        names = [ALL_AGENTS] + (list(agents) if agent is None else [agent] if agent in agents else [])
+        return [accs.setdefault((source, model, name), _Acc()) for name in names]
+
+    for pk, source, model, status, started, ended, agents, pins, recalls in runs.values_list(
+        "pk", "source", "model", "status", "started_at", "ended_at", "agents", "pin_count", "recall_count"
+    ):
+        info[pk] = (source, model or "", [a for a in (agents or []) if isinstance(a, str) and a])
+        for acc in keys(pk):
+            acc.runs += 1
+            acc.failed += status == Run.Status.FAILED
+            acc.running += status == Run.Status.RUNNING
+            if status != Run.Status.RUNNING and started and ended:
+                histograms.add(acc.run_ms, max((ended - started).total_seconds() * 1000, 0))
+            acc.pins += pins
+            acc.recalls += recalls
+            acc.pinned += pins > 0
+            acc.recalled += recalls > 0
+    if not info:
+        return []
+    in_day = Q(run__project_id=project_id, run__started_at__gte=start, run__started_at__lt=end)
+    grouped = (
+        Step.objects.filter(in_day)
+        .values("run_id", "agent", "model")
+        .annotate(n=Count("id"), p=Sum("prompt_tokens"), c=Sum("completion_tokens"), k=Sum("cached_tokens"))
+        .order_by()
+    )
+    for row in grouped:
+        if row["run_id"] not in info:
+            continue
+        p, c, k = row["p"] or 0, row["c"] or 0, row["k"] or 0
+        cost = table.cost(row["model"], p, c, k)
+        for acc in keys(row["run_id"], row["agent"]):
+            acc.add_steps(row["model"] or "", row["n"], p, c, k, cost)
+    latencies = Step.objects.filter(in_day, latency_ms__isnull=False).values_list(
+        "run_id", "agent", "latency_ms"
+    )
+    for run_pk, agent, ms in latencies.order_by():
+        if run_pk in info and ms is not None:
+            for acc in keys(run_pk, agent):
+                histograms.add(acc.step_ms, ms)
+    condensed = (
+        ContextDecision.objects.filter(in_day)
+        .filter(Q(dropped_count__gt=0) | Q(compressed_count__gt=0))
+        .values("run_id", "agent")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in condensed:
+        if row["run_id"] in info:
+            for acc in keys(row["run_id"], row["agent"]):
+                acc.compactions += row["n"]
+                acc.compacted.add(row["run_id"])
+    lost = ContextDecision.objects.filter(in_day, report__has_key="lost_instructions").values_list(
+        "run_id", "agent", "report__lost_instructions"
+    )
+    for run_pk, agent, items in lost.order_by():
+        n = len(items) if isinstance(items, list) else 0
+        if run_pk in info and n:
+            for acc in keys(run_pk, agent):
+                acc.lost += n
+                acc.lost_runs.add(run_pk)
+    now = timezone.now()
+    return [
+        DailyRollup(
+            project_id=project_id,
+            day=day,
+            source=source,
+            model=model,
+            agent=agent,
+            runs=a.runs,
+            failed=a.failed,
+            running=a.running,
+            run_ms=a.run_ms,
+            step_ms=a.step_ms,
+            steps=a.steps,
+            prompt_tokens=a.prompt,
+            completion_tokens=a.completion,
+            cached_tokens=a.cached,
+            cost_usd=a.cost,
+            unpriced_tokens=a.unpriced,
+            by_model=a.by_model,
+            compactions=a.compactions,
+            runs_compacted=len(a.compacted),
+            lost_instructions=a.lost,
+            runs_lost=len(a.lost_runs),
+            pins=a.pins,
+            recalls=a.recalls,
+            runs_pinned=a.pinned,
+            runs_recalled=a.recalled,
+            computed_at=now,
+        )
+        for (source, model, agent), a in sorted(accs.items())
+    ]
+
+
+def refresh_day(project_id: int, day: dt.date, table: PriceTable | None = None) -> int:
+    """Recompute one (project, day) and clear its mark unless it was marked again meanwhile.
+    Returns the number of rollup rows written."""
+    started = timezone.now()
+    rows = compute_day(project_id, day, table)
+    try:
+        with transaction.atomic():
+            DailyRollup.objects.filter(project_id=project_id, day=day).delete()
+            DailyRollup.objects.bulk_create(rows)
+            RollupDay.objects.filter(project_id=project_id, day=day, marked_at__lte=started).delete()
+    except IntegrityError:
+        # Another refresh of the same day (the beat task and a dashboard view at once) wrote it
+        # first: its rows are as fresh as ours; a mark made since stays for the next refresh.
+        return 0
+    return len(rows)
+
+
+def refresh_marked(limit: int = 200) -> int:
+    """Refresh up to `limit` marked days, oldest mark first (the beat task). Returns the days done."""
+    marks = list(RollupDay.objects.order_by("marked_at").values_list("project_id", "day")[:limit])
+    tables: dict[int, PriceTable] = {}
+    for project_id, day in marks:
+        table = tables.setdefault(project_id, project_table(project_id))
+        refresh_day(project_id, day, table)
+    return len(marks)
+
+
+def marked_days(project_id: int) -> list[dt.date]:
+    return list(RollupDay.objects.filter(project_id=project_id).order_by("day").values_list("day", flat=True))
+
+
+def refresh_project(project_id: int, *, budget: int | None = INLINE_RUNS) -> list[dt.date]:
+    """Refresh the project's marked days while their runs fit in `budget` (None: all of them), the
+    dashboard's own catch-up; returns the marked days left for the beat task."""
+    days = marked_days(project_id)
+    if not days:
+        return []
+    if budget is not None:
+        # One count per marked day through the (project, started_at) index.
+        runs = 0
+        for d in days:
+            start, end = day_bounds(d)
+            runs += Run.objects.filter(
+                project_id=project_id, started_at__gte=start, started_at__lt=end
+            ).count()
+        if runs > budget:
+            return days
+    table = project_table(project_id)
+    for d in days:
+        refresh_day(project_id, d, table)
+    return []
+
+
+def rebuild_project(project_id: int) -> int:
+    """Mark and refresh every day of the project (after an import, or to repair). Returns the days."""
+    mark_project(project_id)
+    days = marked_days(project_id)
+    table = project_table(project_id)
+    for d in days:
+        refresh_day(project_id, d, table)
+    return len(days)

@@ -1,0 +1,42 @@
+"""Template filters of the dashboard, cost and session pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from runtime.pricing import format_usd
+
+register = template.Library()
+
+
+@register.filter
+def usd(value: Any) -> str:
+    """A cost in US dollars (`runtime.pricing.format_usd`); "not priced" for None."""
+    return format_usd(None if value is None else float(value))
+
+
+@register.filter
+def ms(value: Any) -> str:
+    """A latency: "850 ms", "12.4 s", "3.2 min"; "—" for None."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if v < 1000:
+        return f"{v:.0f} ms"
+    if v < 60_000:
+        return f"{v / 1000:.1f} s"
+    return f"{v / 60_000:.1f} min"
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """0.125 → "12.5%"; "—" for None."""
+    return "—" if value is None else f"{float(value) * 100:.1f}%"
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    """`mapping[key]` in a template (0 when missing)."""
+    return mapping.get(key, 0) if isinstance(mapping, dict) else 0
