@@ -11,3 +11,4 @@ class TracesConfig(AppConfig):
     def ready(self) -> None:
         # System checks, and the worker heartbeat signals (connected in every process; they fire only in workers).
         from traces import checks  # noqa: F401
+        from traces.scores import dashboard_section  # noqa: F401  (the dashboard's scores section)

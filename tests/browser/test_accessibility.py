@@ -45,6 +45,7 @@ WCAG_A_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 
 # URL names that are not pages (fragments a page polls, form targets, redirects, the API, admin).
 NOT_PAGES = {
+    "otlp-traces",  # OTLP/HTTP, POST only
     "traces:run_live",
     "traces:run_labels",
     "traces:run_fidelity",

@@ -104,7 +104,7 @@ def test_it_streams_a_conversation_into_a_live_server_and_reads_it_back(
     assert sent.returncode == 0, sent.stderr[-2000:]
     run_id = sent.stdout.strip().splitlines()[-1]
 
-    written = (tmp_path / "traces" / f"{run_id}.jsonl").read_text().splitlines()
+    written = (tmp_path / "arcana-traces" / f"{run_id}.jsonl").read_text().splitlines()
     run = Run.objects.get(project=project, run_id=run_id)
     assert Event.objects.filter(project=project, run_id=run_id).count() == len(written) > 5
     assert (run.turns, run.pin_count) == (2, 1)

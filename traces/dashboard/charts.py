@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from html import escape as esc
 from typing import Any
 
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from traces.dashboard.figures import DayFigures, Figures
 
@@ -71,37 +71,38 @@ class Chart:
 
 def svg_html(chart: Chart) -> SafeString:
     """The chart's SVG bars and day labels, drawn here rather than by template loops (a 90-day
-    dashboard has ~1,500 bars and ~700 table rows). Every text and address goes through
-    `html.escape`; the numbers are ours."""
-    out = [
-        f'<a href="{esc(b.href)}" tabindex="-1"><rect class="bar {esc(b.css)}" x="{b.x}" y="{b.y}" '
-        f'width="{b.width}" height="{b.height}"><title>{esc(b.title)}</title></rect></a>'
-        for b in chart.bars
-        if b.height
-    ]
+    dashboard has ~1,500 bars and ~700 table rows), with `format_html_join`: every value escaped."""
+    bars = format_html_join(
+        "",
+        '<a href="{}" tabindex="-1"><rect class="bar {}" x="{}" y="{}" width="{}" height="{}"><title>{}</title>'
+        "</rect></a>",
+        ((b.href, b.css, b.x, b.y, b.width, b.height, b.title) for b in chart.bars if b.height),
+    )
     y = chart.height - 6
-    out += [
-        f'<text class="chart__tick" x="{x}" y="{y}" text-anchor="middle">{esc(label)}</text>'
-        for x, label in chart.ticks
-    ]
-    return mark_safe("".join(out))  # noqa: S308  (every string escaped above)
+    ticks = format_html_join(
+        "",
+        '<text class="chart__tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+        ((x, y, label) for x, label in chart.ticks),
+    )
+    return format_html("{}{}", bars, ticks)
 
 
 def rows_html(chart: Chart) -> SafeString:
     """The data table's body: a row per day with its numbers and the links to the runs behind them."""
-    out = []
+    rows = []
     for row in chart.rows:
         day = row["day"]
         label = f"{day:%b %-d}"
-        cells = "".join(f'<td class="num">{esc(c)}</td>' for c in row["cells"])
-        links = " · ".join(
-            f'<a href="{esc(href)}">{esc(name)}<span class="visually-hidden"> on {label}</span></a>'
-            for name, href in row["links"]
+        cells = format_html_join("", '<td class="num">{}</td>', ((c,) for c in row["cells"]))
+        links = format_html_join(
+            " · ",
+            '<a href="{}">{}<span class="visually-hidden"> on {}</span></a>',
+            ((href, name, label) for name, href in row["links"]),
         )
-        out.append(
-            f'<tr><th scope="row"><time datetime="{day.isoformat()}">{day:%a %b %-d}</time></th>{cells}<td>{links}</td></tr>'
-        )
-    return mark_safe("".join(out))  # noqa: S308  (every string escaped above)
+        rows.append((day.isoformat(), f"{day:%a %b %-d}", cells, links))
+    return format_html_join(
+        "", '<tr><th scope="row"><time datetime="{}">{}</time></th>{}<td>{}</td></tr>', rows
+    )
 
 
 def _ticks(days: list[dt.date], slot: float) -> list[tuple[float, str]]:
