@@ -123,10 +123,10 @@ def test_an_error_while_the_raw_events_are_written_stores_nothing_of_the_batch(
     assert pipeline.ingest_events(project, events, source="api").accepted == len(events)
 
 
-def test_a_new_runs_batch_is_three_statements_besides_its_copy(project: Project) -> None:
+def test_a_new_runs_batch_is_four_statements_besides_its_copy(project: Project) -> None:
     """PostgreSQL: the run created and locked, then its counters written in the statement that takes
-    the new rows' ids, then the projection rows (one INSERT for a batch this small); the raw events go
-    by COPY (not captured here)."""
+    the new rows' ids, then the projection rows (one INSERT for a batch this small), then the day it
+    touched marked for the dashboard's rollup; the raw events go by COPY (not captured here)."""
     from django.test.utils import CaptureQueriesContext
 
     events = our_run("new-run", turns=4, steps=3)
@@ -135,10 +135,11 @@ def test_a_new_runs_batch_is_three_statements_besides_its_copy(project: Project)
     assert result.accepted == len(events)
     sql = [q["sql"] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]]
     if connection.vendor == "postgresql":
-        assert len(sql) == 3, sql
+        assert len(sql) == 4, sql
         assert sql[0].startswith('INSERT INTO "traces_run"')
         assert sql[1].startswith('WITH u AS (UPDATE "traces_run"') and "nextval" in sql[1]
         assert 'INSERT INTO "traces_step"' in sql[2]
+        assert 'INSERT INTO "traces_rollupday"' in sql[3]
     run = Run.objects.get(project=project, run_id="new-run")
     assert (run.events, run.turns) == (len(events), 8)  # 4 turns of 2 agents
     ingested = projection_snapshot(project)
