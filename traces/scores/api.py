@@ -25,6 +25,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from traces.collab.notes import storable_text
 from traces.core import access
 from traces.core.api import BaseView, error_response, read_limited
 from traces.core.authentication import key_of
@@ -42,7 +43,7 @@ from traces.scores.serializers import (
     ScoreEditSerializer,
     ScoreSerializer,
 )
-from traces.scores.targets import ScoreError, storable_text
+from traces.scores.targets import ScoreError
 
 BODY_LIMIT = 4 << 20  # a batch of 1,000 scores with long comments fits
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from traces.collab.notes import storable_text
 from traces.models import ContextDecision, Project, Run, Score, Step, Turn
 
 Target = Score.Target
@@ -38,17 +39,6 @@ class Address:
     @property
     def key(self) -> tuple[str, str, str, int | None, int | None]:
         return (self.run_id, self.target, self.agent, self.turn, self.step)
-
-
-def storable_text(value: str) -> bool:
-    """False for text a database cannot hold or compare: NUL characters, lone surrogates."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def text_field(data: Mapping[str, Any], field: str, limit: int, default: str = "") -> str:
