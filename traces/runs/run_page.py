@@ -21,11 +21,13 @@ from datetime import datetime
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.template.defaultfilters import add, date, pluralize, truncatechars, urlencode
-from django.utils.formats import localize
+from django.utils.formats import get_format, localize
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.utils.timezone import template_localtime  # type: ignore[attr-defined]  # (not in the stubs)
+from django.utils.translation import get_language
 
 from traces.templatetags.trace_ui import pct, pct_class, tokens, util_level
 
@@ -65,9 +67,20 @@ def escaper() -> Escaper:
     reasons and small counts hundreds of times, and `format_html` passes an escaped value through as is."""
     memo: dict[Any, SafeString] = {}
     get = memo.get
+    # A float prints as `str(value)` when localizing changes nothing (a "." separator, no thousands
+    # grouping) and Python writes it without an exponent (`localize` writes those as decimals): the
+    # charts print a thousand coordinates a page, each a trip through `number_format` otherwise.
+    plain_floats = (
+        not settings.USE_THOUSAND_SEPARATOR
+        and get_format("DECIMAL_SEPARATOR", get_language(), use_l10n=True) == "."
+    )
 
     def esc(value: Any) -> SafeString:
         kind = type(value)
+        if kind is float and plain_floats:
+            text = repr(value)
+            if "e" not in text and "n" not in text:  # not 1e-05, inf or nan
+                value, kind = text, str  # printed as the string it localizes to
         if kind is str or kind is int:  # never a bool or a float: True == 1 == 1.0 as dict keys
             found = get(value)
             if found is None:

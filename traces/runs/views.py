@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from traces.collab import notes, sharing
 from traces.core import access
-from traces.dashboard import composition, prices
+from traces.dashboard import band, prices
 from traces.dashboard import pages as dashboard_pages
 from traces.models import (
     Action,
@@ -133,7 +133,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
     ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
-    ctx["band"] = composition.run_band(run, agent)  # issue 37: what filled the context, over the run
+    ctx["band"] = band.cached_run_band(run, agent)  # issue 37: what filled the context, over the run
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
     # The map's own version: run.js fetches it again after a change of the live fragment, and the

@@ -1,5 +1,6 @@
 """The run overview's long lists (`traces.runs.run_page`), drawn from the page's context: the turn
-timeline's rows, the cognitive calls' rows, the fidelity map's groups and the pin lanes.
+timeline's rows, the cognitive calls' rows, the fidelity map's groups, the pin lanes and the context
+band's bars and rows (`traces.dashboard.band`).
 
 An overview of a run that is not updating carries `overview_key` (`traces.runs.views._overview_parts`:
 the run's primary key and `updated_at`, the agent and the windows); its drawn lists are cached under it
@@ -18,6 +19,7 @@ from django import template
 from django.core.cache import cache
 from django.utils.safestring import SafeString
 
+from traces.dashboard import band
 from traces.runs import run_page
 
 register = template.Library()
@@ -89,3 +91,15 @@ def pin_rows(context: template.Context) -> SafeString:
         "pin_rows",
         lambda: run_page.pin_rows_html(context["run"], context["pins"], context.get("agent") or ""),
     )
+
+
+@register.simple_tag(takes_context=True)
+def band_bars(context: template.Context) -> SafeString:
+    """The context band's bars (`band`: `traces.dashboard.composition.run_band`)."""
+    return _drawn(context, "band_bars", lambda: band.band_bars_html(context["band"]))
+
+
+@register.simple_tag(takes_context=True)
+def band_rows(context: template.Context) -> SafeString:
+    """The context band's data table rows (`band`)."""
+    return _drawn(context, "band_rows", lambda: band.band_rows_html(context["band"]))
