@@ -5,23 +5,21 @@ never marked safe; the markup is what templates/dashboard/_context_band.html's l
 band's ~120 steps of up to nine parts, and its table, were most of a long run's overview's render time.
 
 `cached_run_band` keeps a finished run's band (the steps and their parts, not the markup) by the run's
-state, as the overview keeps its other parts (`traces.runs.context.overview_parts`).
+state (`traces.core.runcache`); the markup is kept with the overview's other lists (run_page_tags).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from django.core.cache import cache
 from django.utils.safestring import SafeString
 
+from traces.core.runcache import by_run_state
 from traces.dashboard.composition import run_band
 from traces.runs.run_page import escaper, rows_html
 
 #: Bumped when the cached band's shape changes, so a band of an older shape is not read.
 BAND_CACHE_VERSION = 1
-BAND_CACHE_SECONDS = 3600
 
 _RECT = (
     '<rect class="ctx-part-{}" x="{}" y="{}" width="{}" height="{}">'
@@ -34,21 +32,11 @@ _ROW_TAIL = '<td class="num">{}</td></tr>'
 
 
 def cached_run_band(run: Any, agent: str) -> dict[str, Any] | None:
-    """`run_band(run, agent)`, from the cache when the run is not updating and its band was drawn since
-    the run last changed (the key holds the run's primary key, `updated_at` — set by every change — the
-    agent and the run's turn links, which the band's steps carry)."""
-    if run.is_updating:
-        return run_band(run, agent)
-    stamp = run.updated_at.isoformat() if run.updated_at else ""
-    parts = f"{run.pk}:{stamp}:{agent}:{run.turn_url(1)}"
-    key = f"arcana:band:{BAND_CACHE_VERSION}:{hashlib.sha256(parts.encode()).hexdigest()}"
-    cached = cache.get(key)
-    if isinstance(cached, tuple) and len(cached) == 2 and cached[0] == run.pk:
-        band: dict[str, Any] | None = cached[1]
-        return band
-    band = run_band(run, agent)
-    cache.set(key, (run.pk, band), BAND_CACHE_SECONDS)
-    return band
+    """`run_band(run, agent)`, kept by the run's state (`traces.core.runcache`) with its agent and turn
+    links, which the band's steps carry."""
+    return by_run_state(
+        f"band:{BAND_CACHE_VERSION}", run, (agent, run.turn_url(1)), lambda: run_band(run, agent)
+    )
 
 
 def band_bars_html(band: dict[str, Any]) -> SafeString:

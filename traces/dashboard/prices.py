@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Sum
 
 from runtime.pricing import CostSummary, Price, PriceTable
+from traces.core.runcache import by_run_state
 from traces.models import ModelPrice, Step
 
 
@@ -71,8 +72,11 @@ def attach_run_costs(runs: list[Any]) -> None:
 
 
 def run_cost(run: Any, agent: str | None = None) -> CostSummary:
-    """The run's cost (of one pool agent's steps, when given), by model: one grouped query."""
-    return project_table(run.project_id).summarize(run_models([run.pk], agent).get(run.pk, []))
+    """The run's cost (of one pool agent's steps, when given), by model: the project's prices (read
+    every time) over its steps' tokens per model (one grouped query, none while the run has not changed
+    since: `traces.core.runcache`)."""
+    sums = by_run_state("models:1", run, (agent,), lambda: run_models([run.pk], agent).get(run.pk, []))
+    return project_table(run.project_id).summarize(sums)
 
 
 def step_costs(project_id: int, steps: list[Any]) -> tuple[CostSummary, list[float | None]]:

@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
+from traces.core.runcache import by_run_state
 from traces.models import (
     ContextDecision,
     Pin,
@@ -239,7 +240,11 @@ class ContextChanges:
 
 def context_changes(run: Run, agent: str) -> ContextChanges:
     """One query, bounded: the decisions of `agent` in `run` whose report names a compaction or a lost
-    instruction."""
+    instruction; none while the run has not changed since it was asked (`traces.core.runcache`)."""
+    return by_run_state("changes:1", run, (agent,), lambda: _context_changes(run, agent))
+
+
+def _context_changes(run: Run, agent: str) -> ContextChanges:
     rows = list(
         ContextDecision.objects.filter(run=run, agent=agent)
         .filter(Q(report__has_key="compaction") | Q(report__has_key="lost_instructions"))

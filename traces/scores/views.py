@@ -70,10 +70,12 @@ def score_panel_ctx(
 ) -> dict[str, Any]:
     """The scores of the run (or of one turn of `agent`) and, for members, the form's inputs."""
     where: dict[str, Any] = {} if turn is None else {"agent": agent, "turn_number": turn}
-    configs = list(ScoreConfig.objects.filter(project_id=run.project_id, archived=False))
+    every = list(ScoreConfig.objects.filter(project_id=run.project_id))
+    configs = [c for c in every if not c.archived]
     can_score = membership is not None and membership.can(Action.SCORE)
     form_id = "turn-score" if turn is not None else "run-score"
-    scores = summaries.run_scores(run, **where)
+    # A score has a config of its run's project (archived ones included): none, no scores to read.
+    scores = summaries.run_scores(run, **where) if every else []
     for s in scores:
         s.deletable = s.can_delete(membership)  # type: ignore[attr-defined]
         s.editable = s.can_edit(membership)  # type: ignore[attr-defined]
