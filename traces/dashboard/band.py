@@ -1,8 +1,9 @@
-"""The run overview's band of what filled the context (`composition.run_band`): its bars and its data
-table's rows, drawn with `format_html` (`traces.runs.run_page.rows_html`, which escapes every value),
-never marked safe; the markup is what templates/dashboard/_context_band.html's loops drew, byte for byte
-(tests/traces/dashboard/test_band.py renders those loops as the reference). Through the template, the
-band's ~120 steps of up to nine parts, and its table, were most of a long run's overview's render time.
+"""What filled the context, drawn: the run overview's band (`composition.run_band`: its bars and its data
+table's rows) and a turn page step's bar and legend (`composition.Composition`), drawn with `format_html` (`traces.runs.run_page.rows_html`, which escapes every value),
+never marked safe; the markup is what templates/dashboard/_context_band.html's loops drew, byte for
+byte (tests/traces/dashboard/test_band.py renders those loops as the reference); the same for the loops
+of templates/dashboard/_composition_bar.html. Through the template, the band's ~120 steps of up to nine
+parts, and its table, were most of a long run's overview's render time.
 
 `cached_run_band` keeps a finished run's band (the steps and their parts, not the markup) by the run's
 state (`traces.core.runcache`); the markup is kept with the overview's other lists (run_page_tags).
@@ -15,7 +16,7 @@ from typing import Any
 from django.utils.safestring import SafeString
 
 from traces.core.runcache import by_run_state
-from traces.dashboard.composition import run_band
+from traces.dashboard.composition import Composition, run_band
 from traces.runs.run_page import escaper, rows_html
 
 #: Bumped when the cached band's shape changes, so a band of an older shape is not read.
@@ -65,3 +66,39 @@ def band_rows_html(band: dict[str, Any]) -> SafeString:
         cells = [esc(got(k, 0) if got else 0) for k in keys]
         rows.append((esc(s.href), esc(s.turn), esc(s.step), *cells, esc(s.comp.total)))
     return rows_html(_ROW_HEAD + _CELL * len(keys) + _ROW_TAIL, rows)
+
+
+_SEGMENT = '<rect class="ctx-part-{}" x="{}" y="0" width="{}" height="6"><title>{}: {} tokens</title></rect>'
+_LEGEND = (
+    '<li><span class="legend__swatch ctx-part-{}" aria-hidden="true"></span> {} {} '
+    '<span class="muted">({})</span></li>'
+)
+
+
+def percent_text(value: Any) -> str:
+    """0.125 → "12.5%"; "—" for None (the `percent` filter of templatetags/dashboard_ui.py)."""
+    return "—" if value is None else f"{float(value) * 100:.1f}%"
+
+
+def composition_rects_html(comp: Composition) -> SafeString:
+    """A step's stacked bar: a rectangle per part with tokens, with its title."""
+    esc = escaper()
+    return rows_html(
+        _SEGMENT,
+        [
+            (esc(s["key"]), esc(s["x"]), esc(s["width"]), esc(s["label"]), esc(s["tokens"]))
+            for s in comp.segments()
+        ],
+    )
+
+
+def composition_legend_html(comp: Composition) -> SafeString:
+    """The bar's parts as list items: label, tokens and share (`dashboard_ui.percent`'s wording)."""
+    esc = escaper()
+    return rows_html(
+        _LEGEND,
+        [
+            (esc(s["key"]), esc(s["label"]), esc(s["tokens"]), esc(percent_text(s["share"])))
+            for s in comp.segments()
+        ],
+    )

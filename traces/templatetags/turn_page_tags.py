@@ -1,12 +1,14 @@
-"""The turn page's step parts (`_turn_step_head.html`, `_turn_step_tail.html`), drawn once per run state.
+"""The turn page's step parts (`_turn_step_head.html`, `_turn_step_comp.html`, `_turn_step_tail.html`),
+drawn once per run state.
 
-A step's header, context decision, decision table, prompt snapshot, output and primitive calls come
-from the run's projections only; what depends on the reader (notes, note forms and their CSRF token)
-sits between the two parts in `_turn_steps.html` and is drawn on every request. A finished run's step
-view carries `part_key` (`traces.runs.turn_page.cache_key`: the run's primary key, project, id, `updated_at`,
-agent and turn); the parts are cached under it together with whether the page is shared and whether
-its content is hidden, since `traces.collab.sharing.redact` changes what they show. A step view without
-`part_key` (a run that is updating) is drawn afresh every time.
+A step's header, what filled its context, context decision, decision table, prompt snapshot, output and
+primitive calls come from the run's projections only; what depends on the reader (its cost, over the
+project's prices; notes, note forms and their CSRF token) sits between the parts in `_turn_steps.html`
+and is drawn on every request. A finished run's step view carries `part_key`
+(`traces.runs.turn_page.cache_key`: the run's primary key, project, id, `updated_at`, agent and turn);
+the parts are cached under it together with whether the page is shared and whether its content is
+hidden, since `traces.collab.sharing.redact` changes what they show. A step view without `part_key`
+(a run that is updating) is drawn afresh every time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from traces.runs.turn_page import TURN_CACHE_SECONDS
 
 register = template.Library()
 
-PARTS = ("head", "tail")
+PARTS = ("head", "comp", "tail")
 
 
 @register.simple_tag(takes_context=True)

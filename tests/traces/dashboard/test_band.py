@@ -27,6 +27,10 @@ BARS_REFERENCE = """{% for s in band.steps %}<a href="{{ s.href }}" tabindex="-1
 ROWS_REFERENCE = """{% load dashboard_ui %}{% for s in band.steps %}<tr><th scope="row"><a href="{{ s.href }}">turn {{ s.turn }} · step {{ s.step }}</a></th>{% for key, label in band.parts %}<td class="num">{{ s.comp.tokens|get_item:key }}</td>{% endfor %}<td class="num">{{ s.comp.total }}</td></tr>{% endfor %}"""  # noqa: E501
 
 
+RECTS_REFERENCE = """{% for seg in comp.segments %}<rect class="ctx-part-{{ seg.key }}" x="{{ seg.x }}" y="0" width="{{ seg.width }}" height="6"><title>{{ seg.label }}: {{ seg.tokens }} tokens</title></rect>{% endfor %}"""  # noqa: E501
+LEGEND_REFERENCE = """{% load dashboard_ui %}{% for seg in comp.segments %}<li><span class="legend__swatch ctx-part-{{ seg.key }}" aria-hidden="true"></span> {{ seg.label }} {{ seg.tokens }} <span class="muted">({{ seg.share|percent }})</span></li>{% endfor %}"""  # noqa: E501
+
+
 def _band(value: Any) -> dict[str, Any]:
     rect = {"key": value, "y": value, "h": value, "label": value, "tokens": value}
     plain = {"key": "user", "y": 12.25, "h": 3.0, "label": "user", "tokens": 40}
@@ -47,6 +51,35 @@ def test_the_band_prints_every_value_as_the_template_did(value: Any) -> None:
     ):
         assert drawn == Template(reference).render(Context({"band": band}))
         assert "<script" not in drawn
+
+
+class _Segments(Composition):
+    """A composition whose segments carry `value` in every field (hostile keys, labels and figures)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__({"user": 3, "tools": 1}, "recorded")
+        self.value = value
+
+    def segments(self, width: float = 100.0) -> list[dict[str, Any]]:
+        v = self.value
+        return [
+            *super().segments(width),
+            {"key": v, "label": v, "tokens": v, "x": v, "width": v, "share": 0.5},
+        ]
+
+
+@pytest.mark.parametrize("value", [*HOSTILE_VALUES, 1, 0.755, 1e-05, -3.25], ids=repr)
+def test_a_steps_bar_prints_every_value_as_the_template_did(value: Any) -> None:
+    for comp in (
+        _Segments(value),
+        Composition({"user": 1, "pins": 3, "tools": 0}, "recorded"),
+        Composition({}, ""),
+    ):
+        for drawn, reference in (
+            (band_module.composition_rects_html(comp), RECTS_REFERENCE),
+            (band_module.composition_legend_html(comp), LEGEND_REFERENCE),
+        ):
+            assert drawn == Template(reference).render(Context({"comp": comp}))
 
 
 def test_an_empty_band_draws_nothing() -> None:

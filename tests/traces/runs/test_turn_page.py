@@ -323,7 +323,9 @@ def test_the_step_parts_of_a_finished_run_are_drawn_once(project: Project, alice
     parts = turn_page.turn_parts(run, "", 1)
     assert parts is not None and parts.key
     drawn = cache.get(f"{parts.key}:drawn:0:0")
-    names = [f"{sp.step.pk}:{sp.step.number}:{name}" for sp in parts.steps for name in ("head", "tail")]
+    names = [
+        f"{sp.step.pk}:{sp.step.number}:{name}" for sp in parts.steps for name in ("head", "comp", "tail")
+    ]
     assert isinstance(drawn, dict) and sorted(drawn) == sorted(names)
     assert "drawn answer step 2" in "".join(drawn.values())
     assert cache.get(f"{parts.key}:drawn:1:1") is None  # a hidden share draws its own
