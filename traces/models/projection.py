@@ -193,7 +193,7 @@ def unpack_message_decisions(text: str | None) -> list[MessageDecisionDict]:
     Columns are taken from the stored header, so a later change of keys still reads old rows."""
     if not text:
         return []
-    value = json.loads(text)
+    value = _loads(text)
     if isinstance(value, list):  # a plain list of decision objects (as producers write them)
         return value
     cols = value.get("cols") or MESSAGE_DECISION_KEYS

@@ -104,3 +104,37 @@ def test_the_usual_table_is_the_text_json_writes() -> None:
         + json.dumps(rows, separators=(",", ":"))
         + "}"
     )
+
+
+@given(
+    st.lists(
+        st.lists(values | st.floats() | st.integers() | st.sampled_from(["\ud800", "a\udfffb"]), max_size=11),
+        max_size=4,
+    )
+)
+def test_a_stored_text_reads_as_json_reads_it(rows: list[list[Any]]) -> None:
+    """Both reads decode with msgspec where it can, with `json` where msgspec refuses (NaN, Infinity,
+    a number beyond a float, a lone surrogate): the values are `json.loads`'s either way."""
+    head = '{"cols":' + json.dumps(list(MESSAGE_DECISION_KEYS)) + ',"rows":'
+    for text in (
+        head + json.dumps(rows) + "}",
+        json.dumps([dict(zip(MESSAGE_DECISION_KEYS, r, strict=False)) for r in rows]),
+    ):
+        value = json.loads(text)
+        dicts = (
+            value
+            if isinstance(value, list)
+            else [dict(zip(value["cols"], r, strict=False)) for r in value["rows"]]
+        )
+        expected = [[d.get(k) for k in MESSAGE_DECISION_KEYS] for d in dicts]
+        assert json.dumps(unpack_message_decisions(text)) == json.dumps(dicts)  # NaN != NaN: as text
+        got = message_decision_rows(text)
+        assert json.dumps(got) == json.dumps(expected)
+        assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in expected]
+
+
+def test_what_msgspec_refuses_is_read_by_json() -> None:
+    head = '{"cols":' + json.dumps(list(MESSAGE_DECISION_KEYS)) + ',"rows":'
+    for value, expected in (("NaN", "nan"), ("1e400", "inf"), ('"\\ud800"', "'\\ud800'")):
+        text = head + f"[[0,{value},null,null,null,null,null,null,false,null,0]]" + "}"
+        assert repr(message_decision_rows(text)[0][1]) == expected
