@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traces.models import ContextDecision, Step, message_decision_rows
+from traces.runs.run_page import turn_link
 
 PARTS: tuple[tuple[str, str], ...] = (
     ("system", "system prompt"),
@@ -176,6 +177,7 @@ def run_band(run: Any, agent: str) -> dict[str, Any] | None:
     top = max(c.total for _, c in comps)
     slot = BAND_W / len(comps)
     steps: list[BandStep] = []
+    link = turn_link(run)  # one `run.turn_url` call, not one a step
     for i, (d, c) in enumerate(comps):
         y = float(BAND_H)
         rects = []
@@ -191,7 +193,7 @@ def run_band(run: Any, agent: str) -> dict[str, Any] | None:
                     "tokens": seg["tokens"],
                 }
             )
-        href = run.turn_url(d.turn_number) + (f"?agent={agent}" if agent else "") + f"#step-{d.step_number}"
+        href = link(d.turn_number) + (f"?agent={agent}" if agent else "") + f"#step-{d.step_number}"
         steps.append(BandStep(round(i * slot, 3), d.turn_number, d.step_number, href, c, rects))
     return {
         "steps": steps,
