@@ -73,8 +73,7 @@ def _span(body: bytes) -> DecodedSpan:
     return span
 
 
-def _conversation(span: DecodedSpan) -> str:
-    normalized = normalize_span(span)
+def _conversation(normalized: NormalizedSpan) -> str:
     if normalized["run_key_source"] == "trace_id":
         return ""
     return run_id_for(normalized["run_key"])
@@ -86,18 +85,22 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
     if not spans:
         return result
     rows: dict[tuple[str, str], Span] = {}
+    read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] = {}
     for s in spans:
         key = (s["trace_id"], s["span_id"])
         if key in rows:
             result.duplicates += 1
             continue
+        normalized = normalize_span(s)
+        body = _body(s)
         rows[key] = Span(
             project=project,
             trace_id=s["trace_id"],
             span_id=s["span_id"],
-            conversation=_conversation(s),
-            body=_body(s),
+            conversation=_conversation(normalized),
+            body=body,
         )
+        read[key] = (body, normalized)
     with transaction.atomic():
         stored = set(
             Span.objects.filter(project=project, trace_id__in={t for t, _ in rows}).values_list(
@@ -110,7 +113,7 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
         result.stored = len(new)
     traces = {t for t, _ in rows}
     conversations = {row.conversation for row in rows.values() if row.conversation}
-    do_derive_runs(project, traces, conversations, result, changed_only=True)
+    do_derive_runs(project, traces, conversations, result, changed_only=True, read=read)
     return result
 
 
@@ -159,11 +162,14 @@ def do_derive_runs(
     result: SpanResult | None = None,
     *,
     changed_only: bool = False,
+    read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] | None = None,
 ) -> SpanResult:
     """Derive again the runs of these traces and conversations from all their stored spans, in one
     transaction under the project's span lock (`_lock_spans_of`): the spans are read after the lock,
     so every span committed before it is in the runs written. `changed_only`: only the runs that
-    gained or lost spans since they were last derived (a span sent again changes nothing).
+    gained or lost spans since they were last derived (a span sent again changes nothing). `read`:
+    spans normalized already, with the body they were stored with (a stored span whose body is
+    another, sent by someone else first, is read from its row).
 
     A run whose new spans only append model calls keeps its stored events and gains the new steps'
     (`span_append`); any other is derived whole: its events and projections replaced."""
@@ -172,7 +178,7 @@ def do_derive_runs(
         _lock_spans_of(project)
         rows = _closure(project, set(traces), set(conversations))
         by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
-        normalized = [normalize_span(_span(bytes(r.body))) for r in rows]
+        normalized = [_normalized(r, read or {}) for r in rows]
         groups = []
         stale: set[str] = set()
         for run_key, run_spans in group_runs(normalized).items():
@@ -192,6 +198,14 @@ def do_derive_runs(
                 for old in Run.objects.filter(project=project, run_id=run_id):
                     do_delete_run(old)
     return result
+
+
+def _normalized(row: Span, read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]]) -> NormalizedSpan:
+    body = bytes(row.body)
+    known = read.get((row.trace_id, row.span_id))
+    if known is not None and known[0] == body:
+        return known[1]
+    return normalize_span(_span(body))
 
 
 def _gained(run_id: str, rows: list[Span]) -> bool:
