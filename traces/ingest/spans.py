@@ -40,6 +40,7 @@ from traces.ingest.projecting import delete_projections
 from traces.ingest.span_append import (
     appended_steps,
     decisions_agree,
+    event_text,
     events_of_steps,
     stored_decisions,
 )
@@ -285,7 +286,7 @@ def _ingest_derived(project: Project, events: list[dict[str, Any]], result: Span
     projections serve all the runs at once); an event it refuses is named in `result.problems`."""
     if not events:
         return
-    answer = ingest_events(project, events, source="otlp")
+    answer = ingest_events(project, events, source="otlp", raw_texts=[event_text(ev) for ev in events])
     for r in answer.results:
         if r.status == "rejected":
             problem = f"run {events[r.index]['run_id']!r}: derived event {r.index} not stored: {r.error}"
