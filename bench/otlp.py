@@ -623,7 +623,7 @@ def main() -> None:
           f"({raw_bytes / 1e6:.0f} MB), made by the OpenTelemetry SDK and its OTLP encoder in {time.perf_counter() - t:.1f} s")  # fmt: skip
     print(
         f"conversations per batch: median {statistics.median(per_batch):.0f}, so a conversation's {args.calls} calls reach "
-        f"the server in ~{args.calls * statistics.median(per_batch) / BATCH:.1f} batches (each re-derives it from all its spans)"
+        f"the server in ~{args.calls * statistics.median(per_batch) / BATCH:.1f} batches (each derives it again from all its spans and writes its new calls)"
     )
     print(f"client: {args.clients} threads posting the pre-encoded bodies with http.client; gunicorn {args.workers} "
           f"workers; PostgreSQL {url.rsplit('/', 1)[1]}")  # fmt: skip

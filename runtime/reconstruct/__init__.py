@@ -37,6 +37,8 @@ Details, the matching rules and the mapping to recorded decisions: docs/guide/re
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -106,9 +108,7 @@ def reconstruct(
     Raises `TraceFormatError` on a call of the wrong shape."""
     parsed = calls_from_dicts(calls)
     if count_text is None:
-        from .._tokens import default_counter
-
-        count_text = default_counter().count_text
+        count_text = _remembered_count
     r = Reconstructor(parsed, count_text)
     r.run()
     results = [c for c in r.results if c is not None]
@@ -133,3 +133,31 @@ def reconstruct(
         compactions=tuple(r.compactions),
         lost_instructions=tuple(lost),
     )
+
+
+#: The token counts of the last texts counted by `reconstruct`'s default counter, bounded (entries,
+#: and the length of a text kept): a run is reconstructed again whenever spans of it arrive, and its
+#: earlier messages are the same texts. At most 2,048 texts of 8,192 characters: a few MB at most.
+_COUNTS: OrderedDict[str, int] = OrderedDict()
+_COUNTS_MAX = 2048
+_COUNTED_TEXT_MAX = 8192
+_COUNTS_LOCK = threading.Lock()
+
+
+def _remembered_count(text: str) -> int:
+    """`default_counter().count_text`, remembering the last counts (`_COUNTS`)."""
+    from .._tokens import default_counter
+
+    if len(text) > _COUNTED_TEXT_MAX:
+        return default_counter().count_text(text)
+    with _COUNTS_LOCK:
+        n = _COUNTS.get(text)
+        if n is not None:
+            _COUNTS.move_to_end(text)
+            return n
+    n = default_counter().count_text(text)
+    with _COUNTS_LOCK:
+        _COUNTS[text] = n
+        if len(_COUNTS) > _COUNTS_MAX:
+            _COUNTS.popitem(last=False)
+    return n

@@ -92,10 +92,7 @@ def find_lost(
     `form_last` give, for each form its context held, the first and last ordinal (index in
     `call_ids`) that held it, and the message id it was first seen as."""
     last_ordinal = len(call_ids) - 1
-    index: dict[str, list[Form]] = {}
-    for f in form_last:
-        for w in f.wordset:
-            index.setdefault(w, []).append(f)
+    index: dict[str, list[Form]] = {}  # word -> the forms holding it, made when first needed
     out: list[LostInstruction] = []
     done: set[str] = set()
     sources = sorted(
@@ -117,6 +114,10 @@ def find_lost(
             if len(skel) < 8 or skel in done:
                 continue
             done.add(skel)
+            if not index:
+                for other in form_last:
+                    for w in other.wordset:
+                        index.setdefault(w, []).append(other)
             last = _last_held(sentence, skel, index, form_last)
             if last is None or last >= last_ordinal:
                 continue

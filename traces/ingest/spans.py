@@ -12,7 +12,9 @@
    batches of one conversation never interleave), each run's events (`runtime.otlp.events_for_run`;
    their step ids are made from span ids, so the same spans give the same events) replace the run's
    previous ones and projections, and `ingest_events` projects and counts them like any producer's:
-   runs, turns, steps, tool calls, errors. A late span — a child before its parent, an agent span after its children — only
+   runs, turns, steps, tool calls, errors. Only the runs that gained or lost spans are derived, and
+   a run whose new spans only append model calls keeps its stored events and gains the new steps'
+   (`traces.ingest.span_append`: the same events and rows as deriving it whole). A late span — a child before its parent, an agent span after its children — only
    changes what the run is derived into, so the pages follow.
 4. A trace first seen without its conversation id becomes a run of its own (keyed by the trace id);
    once a span of it names the conversation, that run is folded into the conversation's and deleted.
@@ -30,11 +32,18 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from runtime.otlp import NormalizedSpan, assemble_run, events_for_run, group_runs, normalize_span, run_id_for
 from runtime.otlp import Span as DecodedSpan
-from runtime.otlp import assemble_run, events_for_run, group_runs, normalize_span, run_id_for
 from traces.ingest.deletion import do_delete_run
 from traces.ingest.pipeline import ingest_events
 from traces.ingest.projecting import delete_projections
+from traces.ingest.span_append import (
+    appended_steps,
+    decisions_agree,
+    event_text,
+    events_of_steps,
+    stored_decisions,
+)
 from traces.models import Event, Project, Run, Span
 
 log = logging.getLogger(__name__)
@@ -65,8 +74,7 @@ def _span(body: bytes) -> DecodedSpan:
     return span
 
 
-def _conversation(span: DecodedSpan) -> str:
-    normalized = normalize_span(span)
+def _conversation(normalized: NormalizedSpan) -> str:
     if normalized["run_key_source"] == "trace_id":
         return ""
     return run_id_for(normalized["run_key"])
@@ -78,18 +86,22 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
     if not spans:
         return result
     rows: dict[tuple[str, str], Span] = {}
+    read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] = {}
     for s in spans:
         key = (s["trace_id"], s["span_id"])
         if key in rows:
             result.duplicates += 1
             continue
+        normalized = normalize_span(s)
+        body = _body(s)
         rows[key] = Span(
             project=project,
             trace_id=s["trace_id"],
             span_id=s["span_id"],
-            conversation=_conversation(s),
-            body=_body(s),
+            conversation=_conversation(normalized),
+            body=body,
         )
+        read[key] = (body, normalized)
     with transaction.atomic():
         stored = set(
             Span.objects.filter(project=project, trace_id__in={t for t, _ in rows}).values_list(
@@ -102,7 +114,7 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
         result.stored = len(new)
     traces = {t for t, _ in rows}
     conversations = {row.conversation for row in rows.values() if row.conversation}
-    do_derive_runs(project, traces, conversations, result)
+    do_derive_runs(project, traces, conversations, result, changed_only=True, read=read)
     return result
 
 
@@ -145,38 +157,110 @@ _LOCK_NAMESPACE = 0x41524341
 
 
 def do_derive_runs(
-    project: Project, traces: set[str], conversations: set[str], result: SpanResult | None = None
+    project: Project,
+    traces: set[str],
+    conversations: set[str],
+    result: SpanResult | None = None,
+    *,
+    changed_only: bool = False,
+    read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] | None = None,
 ) -> SpanResult:
     """Derive again the runs of these traces and conversations from all their stored spans, in one
     transaction under the project's span lock (`_lock_spans_of`): the spans are read after the lock,
-    so every span committed before it is in the runs written."""
+    so every span committed before it is in the runs written. `changed_only`: only the runs that
+    gained or lost spans since they were last derived (a span sent again changes nothing). `read`:
+    spans normalized already, with the body they were stored with (a stored span whose body is
+    another, sent by someone else first, is read from its row).
+
+    A run whose new spans only append model calls keeps its stored events and gains the new steps'
+    (`span_append`); any other is derived whole: its events and projections replaced."""
     result = result if result is not None else SpanResult()
     with transaction.atomic():
         _lock_spans_of(project)
         rows = _closure(project, set(traces), set(conversations))
         by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
-        normalized = [normalize_span(_span(bytes(r.body))) for r in rows]
-        events: list[dict[str, Any]] = []
+        normalized = [_normalized(r, read or {}) for r in rows]
+        groups = []
         stale: set[str] = set()
-        moved: list[Span] = []
         for run_key, run_spans in group_runs(normalized).items():
             run_id = run_id_for(run_key)
-            events += events_for_run(assemble_run(run_spans), run_id)
-            for row in (by_key[(s["trace_id"], s["span_id"])] for s in run_spans):
-                if row.run_id != run_id:
-                    stale.add(row.run_id)
-                    row.run_id = run_id
-                    moved.append(row)
-            result.runs.append(run_id)
-        stale -= {"", *result.runs}
-        Span.objects.bulk_update(moved, ["run_id"], batch_size=1000)
-        _forget_events(project, result.runs)
+            run_rows = [by_key[(s["trace_id"], s["span_id"])] for s in run_spans]
+            stale.update(row.run_id for row in run_rows if row.run_id != run_id)
+            groups.append((run_id, run_spans, run_rows))
+        derived = [g for g in groups if not changed_only or g[0] in stale or _gained(g[0], g[2])]
+        events, whole, moved = _derive(project, derived)
+        result.runs += [run_id for run_id, _, _ in derived]
+        stale -= {"", *(run_id for run_id, _, _ in groups)}
+        _set_run_ids(moved)
+        _forget_events(project, whole)
         _ingest_derived(project, events, result)
         for run_id in stale:  # a trace's own run, now part of its conversation's
             if not Span.objects.filter(project=project, run_id=run_id).exists():
                 for old in Run.objects.filter(project=project, run_id=run_id):
                     do_delete_run(old)
     return result
+
+
+def _normalized(row: Span, read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]]) -> NormalizedSpan:
+    body = bytes(row.body)
+    known = read.get((row.trace_id, row.span_id))
+    if known is not None and known[0] == body:
+        return known[1]
+    return normalize_span(_span(body))
+
+
+def _gained(run_id: str, rows: list[Span]) -> bool:
+    return any(row.run_id != run_id for row in rows)
+
+
+_Group = tuple[str, list[NormalizedSpan], list[Span]]
+
+
+def _derive(project: Project, groups: list[_Group]) -> tuple[list[dict[str, Any]], list[str], list[Span]]:
+    """The events to write for these runs, the runs derived whole (their stored events to be
+    replaced), and the span rows whose `run_id` changed (set on the rows)."""
+    assembled = []
+    for run_id, run_spans, run_rows in groups:
+        run = assemble_run(run_spans)
+        steps = appended_steps(run, run_spans, run_rows, run_id)
+        assembled.append((run_id, run, steps))
+    stored = stored_decisions(project, [run_id for run_id, _, steps in assembled if steps is not None])
+    events: list[dict[str, Any]] = []
+    whole: list[str] = []
+    for run_id, run, steps in assembled:
+        run_events = events_for_run(run, run_id)
+        if steps is not None and decisions_agree(run_events, steps, stored[run_id]):
+            events += events_of_steps(run_events, steps)
+        else:
+            events += run_events
+            whole.append(run_id)
+    moved: list[Span] = []
+    for run_id, _, run_rows in groups:
+        for row in run_rows:
+            if row.run_id != run_id:
+                row.run_id = run_id
+                moved.append(row)
+    return events, whole, moved
+
+
+def _set_run_ids(rows: list[Span]) -> None:
+    """Each row's `run_id` written: one statement on PostgreSQL, one per run elsewhere."""
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {Span._meta.db_table} AS s SET run_id = v.run_id "
+                "FROM unnest(%s::bigint[], %s::text[]) AS v(id, run_id) WHERE s.id = v.id",
+                [[r.pk for r in rows], [r.run_id for r in rows]],
+            )
+        return
+    by_run: dict[str, list[int]] = {}
+    for r in rows:
+        by_run.setdefault(r.run_id, []).append(r.pk)
+    for run_id, pks in by_run.items():
+        for i in range(0, len(pks), 500):
+            Span.objects.filter(pk__in=pks[i : i + 500]).update(run_id=run_id)
 
 
 def _forget_events(project: Project, run_ids: list[str]) -> None:
@@ -202,7 +286,7 @@ def _ingest_derived(project: Project, events: list[dict[str, Any]], result: Span
     projections serve all the runs at once); an event it refuses is named in `result.problems`."""
     if not events:
         return
-    answer = ingest_events(project, events, source="otlp")
+    answer = ingest_events(project, events, source="otlp", raw_texts=[event_text(ev) for ev in events])
     for r in answer.results:
         if r.status == "rejected":
             problem = f"run {events[r.index]['run_id']!r}: derived event {r.index} not stored: {r.error}"

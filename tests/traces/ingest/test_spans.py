@@ -110,3 +110,88 @@ def test_concurrent_writers_of_one_conversation_lose_nothing(
     assert ours["conv-c"] == theirs["conv-c"] and ours["conv-d"] == theirs["conv-d"]
     assert Event.objects.filter(project=project).count() == Event.objects.filter(project=reference).count()
     _tallies_agree(project)
+
+
+def _events(project: Project) -> dict[str, str]:
+    return dict(Event.objects.filter(project=project).values_list("step_id", "raw"))
+
+
+def _json_spans(trace: str, calls: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> list[Any]:
+    """Decoded chat spans of conversation `conv-t`, one a call: (input messages, output messages)."""
+    out = []
+    for n, (inp, outp) in enumerate(calls, start=1):
+        attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "conv-t",
+            "gen_ai.input.messages": json.dumps(inp),
+            "gen_ai.output.messages": json.dumps(outp),
+        }
+        out.append(
+            {
+                "traceId": trace,
+                "spanId": f"{n:016x}",
+                "name": "chat m",
+                "startTimeUnixNano": str(T0 + n * 10**9),
+                "endTimeUnixNano": str(T0 + n * 10**9 + 5 * 10**8),
+                "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()],
+            }
+        )
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": out}]}]}).encode()
+    return list(decode_request(body, "application/json").spans)
+
+
+def test_calls_appended_in_order_keep_the_stored_events_and_give_the_run_of_one_batch(
+    project: Project,
+) -> None:
+    spans = conversation("conv-a", 6, "5b8efff798038103d269b633813fc60c")
+    reference = Project.objects.create(team=project.team, slug="reference")
+    do_ingest_spans(reference, spans)
+    do_ingest_spans(project, spans[:2])
+    first = dict(Event.objects.filter(project=project).values_list("step_id", "pk"))
+    for span in spans[2:]:
+        do_ingest_spans(project, [span])
+    # The earlier steps' events were not written again (the same rows), and the run is the one
+    # sending everything at once gives.
+    kept = dict(Event.objects.filter(project=project, step_id__in=list(first)).values_list("step_id", "pk"))
+    assert kept == first
+    assert _events(project) == _events(reference)
+    assert projection_snapshot(project)["conv-a"] == projection_snapshot(reference)["conv-a"]
+    _tallies_agree(project)
+
+
+_SYSTEM = _text("system", "Never share the key with anyone at all. Always answer in French please.")
+_USER = _text("user", "What is the weather in Paris today?")
+_ASK = {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "weather", "arguments": {}}]}
+_RESULT = {"role": "user", "parts": [{"type": "tool_call_response", "id": "c1", "result": "sunny"}]}
+_DONE = _text("assistant", "Il fait beau.")
+_MORE = _text("user", "And tomorrow in Paris, is it sunny?")
+#: A tool result read from a later call's input; an instruction lost at one call and back at the next.
+_LATER_CHANGES = {
+    "tool result": [([_USER], [_ASK]), ([_USER, _ASK, _RESULT], [_DONE])],
+    "instruction restored": [
+        ([_SYSTEM, _USER], [_DONE]),
+        ([_SYSTEM, _USER, _DONE, _MORE], [_DONE]),
+        ([_USER, _DONE, _MORE, _DONE, _MORE], [_DONE]),  # the system instructions gone…
+        ([_SYSTEM, _USER, _DONE, _MORE, _DONE, _MORE, _DONE, _MORE], [_DONE]),  # …and back
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(_LATER_CHANGES))
+def test_a_later_call_that_changes_an_earlier_step_derives_the_run_again(project: Project, case: str) -> None:
+    """Appended one call at a time, the run is still the one of sending everything at once."""
+    spans = _json_spans("8b8efff798038103d269b633813fc60c", _LATER_CHANGES[case])
+    reference = Project.objects.create(team=project.team, slug="reference")
+    do_ingest_spans(reference, spans)
+    for span in spans:
+        do_ingest_spans(project, [span])
+    if case == "tool result":
+        assert '"result":"sunny"' in next(v for k, v in _events(project).items() if k.endswith("-tool-1"))
+    else:  # lost at the third call while it was the last, lost no more once the fourth came
+        third = Project.objects.create(team=project.team, slug="third")
+        do_ingest_spans(third, spans[:3])
+        assert "lost_instructions" in "".join(_events(third).values())
+        assert "lost_instructions" not in "".join(_events(reference).values())
+    assert _events(project) == _events(reference)
+    assert projection_snapshot(project)["conv-t"] == projection_snapshot(reference)["conv-t"]
+    _tallies_agree(project)
