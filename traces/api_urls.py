@@ -16,8 +16,12 @@ from traces.ingest import api as ingest_api
 from traces.otlp.api import OtlpTracesView
 from traces.runs import api
 from traces.scores import api as api_scores
+from traces.scores import api_judges, api_queues
 
 RUN = "projects/<id:project_id>/runs/<run_id:run_id>"
+QUEUE = "projects/<id:project_id>/queues/<id:queue_id>"
+JUDGE = "projects/<id:project_id>/judges/<id:judge_id>"
+JUDGE_RUN = "projects/<id:project_id>/judge-runs/<id:judge_run_id>"
 
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
@@ -45,4 +49,15 @@ urlpatterns = [
     path("scores", api_scores.ScoreListView.as_view(), name="api-scores"),
     path("scores/<id:score_id>", api_scores.ScoreDetailView.as_view(), name="api-score"),
     path("score-configs", api_scores.ScoreConfigListView.as_view(), name="api-score-configs"),
+    # Review queues and judges (traces/scores/api_queues.py, api_judges.py)
+    path("projects/<id:project_id>/queues", api_queues.QueueListView.as_view(), name="api-queues"),
+    path(QUEUE, api_queues.QueueDetailView.as_view(), name="api-queue"),
+    path(f"{QUEUE}/take", api_queues.QueueTakeView.as_view(), name="api-queue-take"),
+    path(f"{QUEUE}/items/<id:item_id>", api_queues.QueueItemView.as_view(), name="api-queue-item"),
+    path("projects/<id:project_id>/judges", api_judges.JudgeListView.as_view(), name="api-judges"),
+    path(JUDGE, api_judges.JudgeDetailView.as_view(), name="api-judge"),
+    path(f"{JUDGE}/runs", api_judges.JudgeRunListView.as_view(), name="api-judge-runs"),
+    path(JUDGE_RUN, api_judges.JudgeRunDetailView.as_view(), name="api-judge-run"),
+    path(f"{JUDGE_RUN}/cancel", api_judges.JudgeRunCancelView.as_view(), name="api-judge-run-cancel"),
+    path(f"{JUDGE_RUN}/again", api_judges.JudgeRunAgainView.as_view(), name="api-judge-run-again"),
 ]

@@ -20,6 +20,7 @@ from .._trace_reader import TraceReader
 from .._trace_writer import TraceWriter, digest
 from .._working_set import SUMMARY_MAX_TOKENS, WorkingSet, WorkingSetBuilder
 from ..errors import ConfigError, ContextOverflowError, ProviderError
+from ..facts import SCORE_EVENT, score_problem
 from .common import close_run
 from .events import SessionEvents, loads_or_raw
 from .state import SessionState, encode_session
@@ -173,6 +174,46 @@ class ChatSession(SessionEvents):
             if self._closed:
                 raise ConfigError("this session is closed")
             return await self._run_turn(text)
+
+    def score(
+        self,
+        name: str,
+        value: bool | int | float | str,
+        *,
+        comment: str = "",
+        target: str = "run",
+        turn: int | None = None,
+        step: int | None = None,
+    ) -> str | None:
+        """Give this run (`target="run"`), one of its turns (`"turn"`: `turn`, else the last one) or
+        one of its steps (`"step"`: `step` of `turn`) a score: `name` is one of the project's score
+        configs (`helpfulness`), `value` a number, true / false, or a category, `comment` optional.
+
+        Written as a `score` event in the trace (docs/trace-format.md, "Score events"), so it travels
+        with the run's other events — to its JSONL file and through the HTTP sink — and the server
+        makes it a score of the run. Returns the event's id (None when no sink records the trace).
+        Raises `ValueError` for a malformed score, a turn not run yet, or while a turn is running
+        (score it after `send()` returns)."""
+        if self._closed:
+            raise ConfigError("this session is closed")
+        if self._in_turn:
+            raise ValueError("score() cannot run while a turn is in progress; score after send() returns")
+        if target != "run" and turn is None:
+            turn = self.turn or None
+        if target == "run":
+            at_turn, at_step = None, None
+        else:
+            at_turn, at_step = turn, (step if target == "step" else None)
+        if target in ("turn", "step") and isinstance(at_turn, int) and not 1 <= at_turn <= self.turn:
+            raise ValueError(f"turn {at_turn} has not run (this session has run {self.turn})")
+        if target == "run" and (turn is not None or step is not None):
+            raise ValueError("a run's score names no turn or step; use target='turn' or 'step'")
+        score = {"name": name, "value": value, "comment": comment, "target": target}
+        problem = score_problem(score, at_turn, at_step)
+        if problem is not None:
+            raise ValueError(f"score {problem[0]}: {problem[1]}")
+        event = self.writer.emit(SCORE_EVENT, turn=at_turn, step=at_step, metadata={"score": score})
+        return event.step_id if event is not None else None
 
     def export_state(self, *, include_history: bool = True) -> dict[str, Any]:
         """Everything needed to continue this conversation elsewhere, as a JSON-safe dict.

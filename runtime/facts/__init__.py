@@ -24,6 +24,7 @@ Where each fact lives:
 | tool results; calls no event answers | `tool_results`, `ToolResult`, `unrecorded_calls`, `UNRECORDED_CALL`, `tool_event_outcome` | `_outcomes` |
 | decision counts | `decision_counts`, `DecisionCounts` | `_outcomes` |
 | reading a field tolerantly (wrong type = missing) | `as_dict`, `as_list`, `as_str`, `as_int`, `as_number` | `_values` |
+| score events (`chat.score`): their one rule and reading; annotations left out of a run's facts | `score_problem`, `score_fact`, `ScoreFact`, `event_position`, `is_annotation`, `ANNOTATION_EVENT_TYPES`, `SCORE_EVENT`, `SCORE_TARGETS`, `SCORE_NAME_RE`, `SCORE_LABEL_MAX`, `SCORE_COMMENT_MAX` | `_scores` |
 | errors; failed steps, sends and runs; cancelled runs | `step_errors`, `StepError`, `step_failure`, `turn_outcome`, `run_outcome`, `SendOutcome`, `CANCELLED_STOP` | `_failures` |
 """
 
@@ -86,9 +87,33 @@ from ._pins import (
     pinned_blocks,
     rendered_pins,
 )
+from ._scores import (
+    ANNOTATION_EVENT_TYPES,
+    SCORE_COMMENT_MAX,
+    SCORE_EVENT,
+    SCORE_LABEL_MAX,
+    SCORE_NAME_RE,
+    SCORE_TARGETS,
+    ScoreFact,
+    event_position,
+    is_annotation,
+    score_fact,
+    score_problem,
+)
 from ._values import as_dict, as_int, as_list, as_number, as_str
 
 __all__ = [
+    "ANNOTATION_EVENT_TYPES",
+    "SCORE_COMMENT_MAX",
+    "SCORE_EVENT",
+    "SCORE_LABEL_MAX",
+    "SCORE_NAME_RE",
+    "SCORE_TARGETS",
+    "ScoreFact",
+    "event_position",
+    "is_annotation",
+    "score_fact",
+    "score_problem",
     "ARCANA_PIN_RENDERING",
     "ARCANA_PRODUCER",
     "NAME_MAX",

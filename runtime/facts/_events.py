@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .._trace import PRODUCER, TraceEvent, new_object
+from ._scores import ANNOTATION_EVENT_TYPES
 from ._values import as_int
 
 T = TypeVar("T")
@@ -145,9 +146,10 @@ def normalize_events(events: Iterable[TraceEvent]) -> list[NormalizedEvent]:
     3. Other Arcana events: the turn event their `parent_step_id` names; failing that (a send that
        died before its first turn event) `metadata.turn + 1` of a context decision / prompt snapshot.
     4. Arcana's summarizer `llm_call` (parent null) belongs to the step whose decision follows it.
+    Score events (`ANNOTATION_EVENT_TYPES`) annotate the run and are left out.
     The agent is the event's `source_agent`, else its step's (Arcana drops it on per-agent tool calls).
     """
-    items = list(events)
+    items = [ev for ev in events if ev.event_type not in ANNOTATION_EVENT_TYPES]  # not part of a step
     # step id of each turn event -> (turn, step, agent)
     spine: dict[str, tuple[int, int, str | None]] = {}
     for ev in items:

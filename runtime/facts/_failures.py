@@ -26,6 +26,7 @@ from typing import Any
 from .._trace import TraceEvent
 from ._events import StepView, TurnView
 from ._outcomes import tool_results
+from ._scores import ANNOTATION_EVENT_TYPES
 from ._values import as_dict
 
 #: Why an arcana-agent 1.2 step with a context decision and no `turn` event failed.
@@ -204,9 +205,10 @@ def run_outcome(turns: Iterable[TurnView], events: Iterable[TraceEvent]) -> Send
     4. the last step's answer is final → completed; the last event has a `stop_reason` → completed;
     5. no event of `STEP_EVENT_TYPES` at all (an Arcana session file: `history_seeded` only) → completed;
     6. otherwise → running.
+    Score events (`ANNOTATION_EVENT_TYPES`) are not part of the run: a run scored later ends as before.
     `errors` counts every `StepError` of the run plus `error` events outside any step."""
     turn_list = list(turns)
-    evs = sorted(events, key=_time_order)
+    evs = sorted((e for e in events if e.event_type not in ANNOTATION_EVENT_TYPES), key=_time_order)
     steps = [sv for tv in turn_list for sv in tv.steps]
     in_steps = {id(ne.event) for sv in steps for ne in sv.events}
     loose = [e for e in evs if e.event_type == "error" and id(e) not in in_steps]

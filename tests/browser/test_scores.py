@@ -151,6 +151,11 @@ def test_from_invite_to_chart(
     owner.goto(f"{base}/projects/{project.pk}/runs/{reviewed}")
     panel = owner.locator("#scores").inner_text()
     assert "erin" in panel and "constraint judge" in panel and "scripted/judge-heuristic" in panel
+    queue_id = queue_url.rstrip("/").rsplit("/", 1)[-1]
+    progress = owner.request.get(f"{base}/api/v1/projects/{project.pk}/queues/{queue_id}").json()["progress"]
+    assert (progress["done"], progress["skipped"], progress["by_person"][0]["who"]) == (1, 1, "erin")
+    followed = owner.request.get(f"{base}/api/v1/projects/{project.pk}/judge-runs/{jr.pk}").json()
+    assert (followed["status"], followed["scored"], followed["errors"]) == ("completed", 3, 0)
     api = owner.request.get(f"{base}/api/v1/scores?run_id={reviewed}").json()["results"]
     assert sorted((s["name"], s["source"], s["value"]) for s in api) == [
         ("helpfulness", "person", 4),

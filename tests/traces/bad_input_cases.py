@@ -167,6 +167,10 @@ CASES: list[Case] = [
     Case("tool-call-string", _with("tool-call-string", tool_call="x"), "tool_call", "object or null"),
     Case("budgets-list", _with("budgets-list", budgets=[1]), "budgets", "object or null"),
     Case("model-number", _with("model-number", model=5), "model", "string or null"),
+    # score events (`chat.score`): their metadata.score
+    Case("score-no-name", _with("score-no-name", event_type="score", metadata={"producer": OURS, "turn": None, "step": None, "score": {"value": 1}}), "metadata.score.name", "score name"),
+    Case("score-list-value", _with("score-list-value", event_type="score", metadata={"producer": OURS, "turn": None, "step": None, "score": {"name": "h", "value": [1]}}), "metadata.score.value", "a number"),
+    Case("score-turn-without-turn", _with("score-turn-without-turn", event_type="score", metadata={"producer": OURS, "turn": None, "step": None, "score": {"name": "h", "value": 1, "target": "turn"}}), "metadata.turn", "names its turn"),
     # not an event at all
     Case("a-string", '"hello"', None, "must be a JSON object"),
     Case("null", "null", None, "must be a JSON object"),

@@ -262,7 +262,7 @@ def _run_summary(
           FROM {turn_t} WHERE run_id = %s
         UNION ALL
         SELECT 'e', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision), {nul}, {nul}
-          FROM {event_t} WHERE {in_run} AND timestamp >= %s
+          FROM {event_t} WHERE {in_run} AND timestamp >= %s AND event_type <> 'score'
         UNION ALL
         SELECT 't', raw, {nul}, {nul}, {nul}, {nul}, {nul}, CAST(NULL AS double precision), {nul}, {nul}
           FROM {event_t} WHERE {in_run} AND event_type = 'turn' AND {turn_where}

@@ -10,7 +10,7 @@ import json
 from datetime import datetime
 
 from runtime import TraceEvent
-from runtime.facts import our_position
+from runtime.facts import ANNOTATION_EVENT_TYPES, our_position
 
 
 def local_turn(ev: TraceEvent) -> int | None:
@@ -35,5 +35,11 @@ def sort_key(ev: TraceEvent) -> tuple[datetime, str]:
 
 def is_local_batch(events: list[TraceEvent]) -> bool:
     """True when every event of a run's batch has its own turn and none stops the run on an error: the
-    batch may be projected turn by turn (`traces.ingest.incremental`) when its run allows it."""
-    return all(local_turn(ev) is not None and ev.stop_reason != "error" for ev in events)
+    batch may be projected turn by turn (`traces.ingest.incremental`) when its run allows it. A batch
+    with a score event goes the whole-run way (its run's last event must not be the score)."""
+    return all(
+        local_turn(ev) is not None
+        and ev.stop_reason != "error"
+        and ev.event_type not in ANNOTATION_EVENT_TYPES
+        for ev in events
+    )

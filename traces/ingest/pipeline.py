@@ -16,6 +16,7 @@ from django.db import InterfaceError, OperationalError, transaction
 
 from traces.ingest.answer import IngestResult, answer
 from traces.ingest.projecting import project_new_runs, project_runs
+from traces.ingest.scoring import do_project_scores
 from traces.ingest.storing import prepare_raw, raw_written
 from traces.ingest.validation import CheckedEvent, EventResult, Source, Status, check_events
 from traces.models import Project
@@ -48,12 +49,14 @@ def ingest_events(
 
 def do_ingest(project: Project, checked: list[CheckedEvent]) -> dict[int, Status]:
     """Stages 3 and 4 for valid events, in one transaction: store them raw, then project every run that
-    gained events. Returns `accepted` / `duplicate` per input index."""
+    gained events, and the new score events into scores (`scoring`). Returns `accepted` /
+    `duplicate` per input index."""
     with transaction.atomic():
         batch = prepare_raw(project, checked)  # 3. store raw: the runs locked, the stored events told apart
         with raw_written(batch):  # the new events written; PostgreSQL stores them while…
             early = project_new_runs(batch)  # 4. project: …the new runs are projected, from memory
         project_runs(project, batch, early)  # every run that gained events: its rows and counters
+        do_project_scores(project, (ev for events in batch.fresh.values() for ev in events))
     return batch.statuses
 
 

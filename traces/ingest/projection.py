@@ -11,6 +11,7 @@ from typing import Any
 
 from runtime import TraceEvent
 from runtime.facts import (
+    ANNOTATION_EVENT_TYPES,
     DecisionCounts,
     PinLifetime,
     StepView,
@@ -372,8 +373,11 @@ def primitive_counts(events: list[TraceEvent]) -> Counter[str]:
 
 
 def project_run(events: list[TraceEvent]) -> Projection:
-    """Compute every projection row of a run from its raw events (pure; no database access)."""
-    events = sorted(events, key=_time_order)  # `events.sort_key`, at C speed
+    """Compute every projection row of a run from its raw events (pure; no database access). Score
+    events annotate the run (`runtime.facts.is_annotation`): counted among its events, and projected
+    into scores (`traces.ingest.scoring`), but no part of its turns, steps, outcome or times."""
+    stored = sorted(events, key=_time_order)  # `events.sort_key`, at C speed
+    events = [e for e in stored if e.event_type not in ANNOTATION_EVENT_TYPES] or stored
     normalized = normalize_events(events)
     turn_views = build_steps(normalized)
     pins = pin_lifetimes(turn_views)
@@ -407,7 +411,7 @@ def project_run(events: list[TraceEvent]) -> Projection:
         "ended_at": events[-1].timestamp_dt,
         "turns": len(turns),
         "steps": len(proj.steps),
-        "events": len(events),
+        "events": len(stored),
         "prompt_tokens": sum(t["prompt_tokens"] for t in turns),
         "completion_tokens": sum(t["completion_tokens"] for t in turns),
         "tokens": sum(t["tokens"] for t in turns),

@@ -15,6 +15,7 @@ from runtime.errors import TraceFormatError
 from traces.dashboard import rollups
 from traces.ingest.pipeline import is_outage
 from traces.ingest.projecting import delete_projections, do_write_projections
+from traces.ingest.scoring import do_project_scores
 from traces.ingest.validation import check_event, printable
 from traces.models import Event, Project, Run
 
@@ -51,6 +52,7 @@ def do_rebuild_projections(
                 events = _load_checked_events(run, label, found)
                 if events:
                     do_write_projections([run], {run.pk: events}, replace=[run.pk])
+                    do_project_scores(run.project, events)  # the ones not written yet (by client id)
                 else:
                     found.append(f"{label}: no valid event left; its projections are empty")
                     delete_projections([run.pk])

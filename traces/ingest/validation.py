@@ -16,7 +16,9 @@ The rules (docs/guide/ingestion.md, "Limits and rules"), beyond the envelope of 
   (`MIN_TIMESTAMP` … `MAX_TIMESTAMP`);
 - columns: `event_type` at most 100 characters, `parent_step_id` and `metadata.source_agent` (a
   string) at most 200; `metadata.turn` / `metadata.step` (when integers) 0 … `MAX_TURN`;
-  `llm_latency_ms` 0 … 2**31 − 1.
+  `llm_latency_ms` 0 … 2**31 − 1;
+- a `score` event: its `metadata.score` as `runtime.facts.score_problem` has it (a name, a value, a
+  comment, a target and the turn and step that target needs; docs/trace-format.md, "Score events").
 
 The nesting, string and number rules are checked by a walk over every decoded value, unless the body
 of `POST /api/v1/ingest` proved them from its text at once when it was decoded (stage 1,
@@ -34,6 +36,7 @@ from typing import Any, Literal
 
 from runtime import TraceEvent
 from runtime.errors import ErrorDetail, TraceFormatError, error_detail
+from runtime.facts import SCORE_EVENT, event_position, score_problem
 from traces.ingest.decoding import MAX_DEPTH, BodyTexts, Undecodable
 
 Status = Literal["accepted", "duplicate", "rejected"]
@@ -169,6 +172,12 @@ def _check_ranges(ev: TraceEvent, index: int | None) -> TraceEvent:
                 f"'metadata.{key}' is {n}; a {key} number must be between 0 and {MAX_TURN:,}",
                 line=index,
                 field=f"metadata.{key}",
+            )
+    if ev.event_type == SCORE_EVENT:
+        problem = score_problem(md.get("score"), *event_position(ev))
+        if problem is not None:
+            raise TraceFormatError(
+                f"'metadata.{problem[0]}': {problem[1]}", line=index, field=f"metadata.{problem[0]}"
             )
     latency = ev.llm_latency_ms
     if latency is not None and not 0 <= latency <= MAX_INT32:

@@ -338,8 +338,10 @@ class AuditLog(models.Model):
     SCORE_DELETED = "score_deleted"
     QUEUE_CREATED = "queue_created"
     QUEUE_CHANGED = "queue_changed"
+    QUEUE_DELETED = "queue_deleted"
     JUDGE_CREATED = "judge_created"
     JUDGE_CHANGED = "judge_changed"
+    JUDGE_DELETED = "judge_deleted"
     JUDGE_RUN_STARTED = "judge_run_started"
     JUDGE_RUN_CANCELLED = "judge_run_cancelled"
 
@@ -372,8 +374,10 @@ class AuditLog(models.Model):
         SCORE_DELETED: "score deleted",
         QUEUE_CREATED: "review queue created",
         QUEUE_CHANGED: "review queue changed",
+        QUEUE_DELETED: "review queue deleted",
         JUDGE_CREATED: "judge created",
         JUDGE_CHANGED: "judge changed",
+        JUDGE_DELETED: "judge deleted",
         JUDGE_RUN_STARTED: "judge run started",
         JUDGE_RUN_CANCELLED: "judge run cancelled",
     }

@@ -33,12 +33,14 @@ def models_offered() -> dict[str, list[str]]:
     return out
 
 
-def check_judge(project: Project, data: Any) -> dict[str, Any]:
-    """A new judge's fields: `name`, `model` as `provider/model`, `prompt`, `config` (an id)."""
+def check_judge(project: Project, data: Any, judge: Judge | None = None) -> dict[str, Any]:
+    """A new judge's fields (or `judge`'s after a change): `name`, `model` as `provider/model`,
+    `prompt`, `config` (an id)."""
     name = text_field(data, "name", 100).strip()
     if not name:
         raise ScoreError("name", "give the judge a name")
-    if Judge.objects.filter(project=project, name=name).exists():
+    others = Judge.objects.filter(project=project, name=name)
+    if (others.exclude(pk=judge.pk) if judge is not None else others).exists():
         raise ScoreError("name", "this project already has a judge of that name")
     provider, _, model = text_field(data, "model", 300).partition("/")
     if model not in models_offered().get(provider, []):
@@ -66,6 +68,61 @@ def do_create_judge(project: Project, actor: Any, fields: dict[str, Any]) -> Jud
             {"model": f"{judge.provider}/{judge.model}", "config": judge.config.name},
         )
     return judge
+
+
+def check_judge_change(judge: Judge, data: Any) -> dict[str, Any]:
+    """A judge's fields after a change: the fields `data` gives over the judge's own. A running judge
+    run keeps the prompt and model it started with."""
+    merged: dict[str, Any] = {
+        "name": judge.name,
+        "model": f"{judge.provider}/{judge.model}",
+        "prompt": judge.prompt,
+        "config": str(judge.config_id),
+    }
+    merged.update({k: data[k] for k in merged if k in data})
+    return check_judge(judge.project, merged, judge)
+
+
+def do_change_judge(judge: Judge, actor: Any, fields: dict[str, Any]) -> Judge:
+    """Apply `check_judge_change`'s fields; audited with the old and new values of what changed."""
+    old = {k: getattr(judge, k) for k in fields}
+    changed = [k for k in fields if old[k] != fields[k]]
+    if not changed:
+        return judge
+    shown = {"config": lambda c: c.name}
+    with transaction.atomic():
+        for k in changed:
+            setattr(judge, k, fields[k])
+        judge.save(update_fields=changed)
+        audit.record(
+            judge.project.team,
+            actor,
+            AuditLog.JUDGE_CHANGED,
+            judge,
+            {
+                audit.OLD: {k: shown.get(k, str)(old[k]) for k in changed},
+                audit.NEW: {k: shown.get(k, str)(fields[k]) for k in changed},
+            },
+        )
+    return judge
+
+
+def do_delete_judge(judge: Judge, actor: Any) -> bool:
+    """Delete a judge and its finished judge runs; the scores it gave stay (with its name and model).
+    False, and nothing deleted, while one of its runs is queued or running (cancel it first)."""
+    with transaction.atomic():
+        busy = JudgeRun.objects.filter(judge=judge).exclude(status__in=JudgeRun.FINISHED)
+        if busy.select_for_update().exists():
+            return False
+        audit.record(
+            judge.project.team,
+            actor,
+            AuditLog.JUDGE_DELETED,
+            judge,
+            {"name": judge.name, "model": f"{judge.provider}/{judge.model}", "config": judge.config.name},
+        )
+        judge.delete()
+    return True
 
 
 def check_run(data: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
+from traces.collab.notes import storable_text
 from traces.models import AuditLog, Project, ReviewItem, ReviewQueue, Run, ScoreConfig
 from traces.runs.filters import RunFilter
 from traces.scores.targets import ScoreError, text_field
@@ -59,17 +60,22 @@ def check_filter(query: QueryDict) -> str:
 
 
 def check_queue(project: Project, data: Any) -> dict[str, Any]:
-    """A new queue's fields from a form: `name`, `description`, `filter` (a runs list query string,
-    its `?` optional), `configs` (ids of the project's active configs), `lock_minutes`."""
+    """A new queue's fields from a form or a JSON body: `name`, `description`, `filter` (a runs list
+    query string, its `?` optional), `configs` (ids or names of the project's active configs),
+    `lock_minutes`."""
     name = text_field(data, "name", 100).strip()
     if not name:
         raise ScoreError("name", "give the queue a name")
     raw_filter = text_field(data, "filter", 2000).strip().lstrip("?")
     saved = check_filter(QueryDict(raw_filter))
     ids = data.getlist("configs") if hasattr(data, "getlist") else data.get("configs") or []
+    if not isinstance(ids, list | tuple):
+        raise ScoreError("configs", "a list of score config ids or names")
+    wanted = [str(i) for i in ids if isinstance(i, int | str) and not isinstance(i, bool)]
     configs = list(
-        ScoreConfig.objects.filter(
-            project=project, archived=False, pk__in=[i for i in ids if str(i).isdigit()]
+        ScoreConfig.objects.filter(project=project, archived=False).filter(
+            Q(pk__in=[int(i) for i in wanted if i.isdigit() and len(i) < 16])
+            | Q(name__in=[i for i in wanted if not i.isdigit() and storable_text(i)])
         )
     )
     if not configs:
@@ -103,6 +109,54 @@ def do_create_queue(project: Project, actor: Any, fields: dict[str, Any]) -> Rev
             {"project": project.slug, "filter": queue.filter, "configs": [c.name for c in configs]},
         )
     return queue
+
+
+def check_queue_change(queue: ReviewQueue, data: Any) -> dict[str, Any]:
+    """A queue's fields after a change: the fields `data` gives (as `check_queue` reads them) over
+    the queue's own."""
+    merged: dict[str, Any] = {
+        "name": queue.name,
+        "description": queue.description,
+        "filter": queue.filter,
+        "configs": [c.pk for c in queue.configs.all()],
+        "lock_minutes": max(1, queue.lock_seconds // 60),
+    }
+    merged.update({k: data[k] for k in merged if k in data})
+    return check_queue(queue.project, merged)
+
+
+def do_change_queue(queue: ReviewQueue, actor: Any, fields: dict[str, Any]) -> ReviewQueue:
+    """Apply `check_queue_change`'s fields; audited with the old and new values of what changed."""
+    configs = fields.pop("configs")
+    old = {k: getattr(queue, k) for k in fields}
+    old["configs"] = sorted(c.name for c in queue.configs.all())
+    new = {**fields, "configs": sorted(c.name for c in configs)}
+    changed = [k for k in new if old[k] != new[k]]
+    if not changed:
+        return queue
+    with transaction.atomic():
+        for k, v in fields.items():
+            setattr(queue, k, v)
+        queue.save(update_fields=list(fields))
+        queue.configs.set(configs)
+        audit.record(
+            queue.project.team,
+            actor,
+            AuditLog.QUEUE_CHANGED,
+            queue,
+            {audit.OLD: {k: old[k] for k in changed}, audit.NEW: {k: new[k] for k in changed}},
+        )
+    return queue
+
+
+def do_delete_queue(queue: ReviewQueue, actor: Any) -> None:
+    """Delete a queue and its items (who reviewed what); the scores its reviewers gave stay."""
+    with transaction.atomic():
+        done = ReviewItem.objects.filter(queue=queue, status=Status.DONE).count()
+        audit.record(
+            queue.project.team, actor, AuditLog.QUEUE_DELETED, queue, {"name": queue.name, "done": done}
+        )
+        queue.delete()
 
 
 def _busy(queue: ReviewQueue, now: dt.datetime) -> QuerySet[ReviewItem]:

@@ -124,3 +124,106 @@ class ScoreBatchResultSerializer(serializers.Serializer[Any]):
 class ScoreEditSerializer(serializers.Serializer[Any]):
     value = serializers.JSONField(required=False)
     comment = serializers.CharField(required=False, allow_blank=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Review queues and judges (`traces/scores/api_queues.py`, `api_judges.py`)
+
+
+class ReviewQueueSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    project = serializers.IntegerField(source="project_id")
+    name = serializers.CharField()
+    description = serializers.CharField()
+    filter = serializers.CharField(help_text="the runs list's query string (`days=N`: the last N days)")
+    configs = serializers.SerializerMethodField(help_text="the names of the score configs a reviewer fills")
+    lock_minutes = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+
+    def get_configs(self, queue: Any) -> list[str]:
+        return sorted(c.name for c in queue.configs.all())
+
+    def get_lock_minutes(self, queue: Any) -> int:
+        return int(queue.lock_seconds // 60)
+
+
+class ReviewQueueWriteSerializer(serializers.Serializer[Any]):
+    """`POST` needs `name` and `configs`; `PATCH` any of them."""
+
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True)
+    filter = serializers.CharField(required=False, allow_blank=True, help_text="e.g. `days=7&status=failed`")
+    configs = serializers.ListField(child=serializers.CharField(), help_text="config ids or names")
+    lock_minutes = serializers.IntegerField(required=False, min_value=1, max_value=1440)
+
+
+class ReviewItemSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    queue = serializers.IntegerField(source="queue_id")
+    run_id = serializers.CharField()
+    status = serializers.CharField()
+    assignee = serializers.CharField(source="assignee.username", allow_null=True, default=None)
+    locked_until = serializers.DateTimeField(allow_null=True)
+    finished_by = serializers.CharField(source="finished_by.username", allow_null=True, default=None)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class ReviewItemChangeSerializer(serializers.Serializer[Any]):
+    status = serializers.ChoiceField(
+        choices=["done", "skipped", "released"],
+        help_text="done (after scoring), skipped, or released (back to the queue at once)",
+    )
+
+
+class JudgeSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    project = serializers.IntegerField(source="project_id")
+    name = serializers.CharField()
+    model = serializers.SerializerMethodField(help_text="provider/model")
+    prompt = serializers.CharField()
+    config = serializers.CharField(source="config.name")
+    on_new_runs = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+
+    def get_model(self, judge: Any) -> str:
+        return f"{judge.provider}/{judge.model}"
+
+
+class JudgeWriteSerializer(serializers.Serializer[Any]):
+    """`POST` needs all but `on_new_runs`; `PATCH` any of them."""
+
+    name = serializers.CharField(max_length=100)
+    model = serializers.CharField(help_text="provider/model, from `scripted` or ARCANA_PROVIDERS")
+    prompt = serializers.CharField(help_text="a template: {{ last_answer }}, {{ first_input }}, …")
+    config = serializers.CharField(help_text="the score config (id) the answer fills")
+    on_new_runs = serializers.BooleanField(required=False, help_text="judge each new finished run")
+
+
+class JudgeRunSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    judge = serializers.IntegerField(source="judge_id")
+    status = serializers.CharField()
+    reason = serializers.CharField()
+    filter = serializers.CharField()
+    automatic = serializers.BooleanField()
+    model = serializers.SerializerMethodField()
+    max_runs = serializers.IntegerField()
+    max_tokens = serializers.IntegerField()
+    cancel_requested = serializers.BooleanField()
+    runs_total = serializers.IntegerField()
+    runs_done = serializers.IntegerField()
+    scored = serializers.IntegerField()
+    errors = serializers.IntegerField()  # type: ignore[assignment]
+    tokens_used = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_model(self, jr: Any) -> str:
+        return f"{jr.provider}/{jr.model}"
+
+
+class JudgeRunStartSerializer(serializers.Serializer[Any]):
+    filter = serializers.CharField(required=False, allow_blank=True, help_text="e.g. `days=7`")
+    max_runs = serializers.IntegerField(required=False, min_value=1, help_text="at most this many runs")
+    max_tokens = serializers.IntegerField(required=False, min_value=1, help_text="stop past these tokens")

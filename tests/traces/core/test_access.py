@@ -292,6 +292,32 @@ def judge_run_kw(w: World) -> dict[str, Any]:
     return {"project_id": w.project.pk, "judge_run_id": jr.pk}
 
 
+def fresh_queue_kw(w: World) -> dict[str, Any]:
+    from traces.models import ReviewQueue
+
+    q = ReviewQueue.objects.create(project=w.project, name=f"tmp-{next(w.counter)}")
+    return {"project_id": w.project.pk, "queue_id": q.pk}
+
+
+def fresh_judge_kw(w: World) -> dict[str, Any]:
+    from traces.models import Judge
+
+    j = Judge.objects.create(
+        project=w.project, name=f"tmp-{next(w.counter)}", provider="scripted", model="judge-heuristic",
+        prompt="{{ last_answer }}", config=score_config(w),
+    )  # fmt: skip
+    return {"project_id": w.project.pk, "judge_id": j.pk}
+
+
+def api_item_kw(w: World) -> dict[str, Any]:
+    return item_kw(w)
+
+
+def api_judge_body(w: World) -> dict[str, Any]:
+    return {"name": f"j{next(w.counter)}", "model": "scripted/judge-heuristic", "prompt": "{{ last_answer }}",
+            "config": str(score_config(w).pk)}  # fmt: skip
+
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -791,6 +817,82 @@ TABLE: dict[str, list[Case]] = {
             json=True,
         ),
     ],  # fmt: skip
+    # Review queues and judges in the API: viewers read, members work queues, admins manage; keys read.
+    "api/v1/projects/<project_id>/queues": [
+        Case("GET", proj_only, API_READ),
+        Case(
+            "POST",
+            proj_only,
+            E(401, 404, 403, 403, 201, 201),
+            data=lambda w: {"name": f"q{next(w.counter)}", "configs": [score_config(w).pk]},
+            json=True,
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/queues/<queue_id>": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk}, API_READ),
+        Case(
+            "PATCH",
+            lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk},
+            E(401, 404, 403, 403, 200, 200),
+            data=lambda w: {"description": f"d{next(w.counter)}", "configs": [score_config(w).pk]},
+            json=True,
+        ),
+        Case("DELETE", fresh_queue_kw, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/queues/<queue_id>/take": [
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "queue_id": queue(w).pk},
+            E(401, 404, 403, 200, 204, 204),
+            data=lambda w: {},
+            json=True,
+            note="the member takes the one run; nothing is left for the admin and owner (204)",
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/queues/<queue_id>/items/<item_id>": [
+        Case("GET", api_item_kw, API_READ),
+        Case(
+            "PATCH",
+            api_item_kw,
+            E(401, 404, 403, 200, 409, 409),
+            data=lambda w: {"status": "done"},
+            json=True,
+            note="the member's item: only its reviewer finishes it (409 for others)",
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/judges": [
+        Case("GET", proj_only, API_READ),
+        Case("POST", proj_only, E(401, 404, 403, 403, 201, 201), data=api_judge_body, json=True),
+    ],
+    "api/v1/projects/<project_id>/judges/<judge_id>": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk}, API_READ),
+        Case(
+            "PATCH",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(401, 404, 403, 403, 200, 200),
+            data=lambda w: {"prompt": f"{{{{ last_answer }}}} {next(w.counter)}"},
+            json=True,
+        ),
+        Case("DELETE", fresh_judge_kw, E(401, 404, 403, 403, 204, 204)),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/judges/<judge_id>/runs": [
+        Case("GET", lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk}, API_READ),
+        Case(
+            "POST",
+            lambda w: {"project_id": w.project.pk, "judge_id": judge(w).pk},
+            E(401, 404, 403, 403, 202, 202),
+            data=lambda w: {"filter": "days=7", "max_runs": 3},
+            json=True,
+            note="queued on commit (never, in this test)",
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/judge-runs/<judge_run_id>": [Case("GET", judge_run_kw, API_READ)],
+    "api/v1/projects/<project_id>/judge-runs/<judge_run_id>/cancel": [
+        Case("POST", judge_run_kw, E(401, 404, 403, 403, 202, 202), data=lambda w: {}, json=True),
+    ],
+    "api/v1/projects/<project_id>/judge-runs/<judge_run_id>/again": [
+        Case("POST", judge_run_kw, E(401, 404, 403, 403, 202, 202), data=lambda w: {}, json=True),
+    ],
 }
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.apps import apps
 from django.test import Client
+from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -25,7 +27,18 @@ from tests.traces.bad_input_cases import good
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
-from traces.models import Conversation, Note, Project, Run, Score, ShareLink
+from traces.models import (
+    Conversation,
+    Judge,
+    JudgeRun,
+    Note,
+    Project,
+    ReviewItem,
+    ReviewQueue,
+    Run,
+    Score,
+    ShareLink,
+)
 from traces.scores import actions as scores
 from traces.scores.api import BODY_LIMIT as SCORES_BODY_LIMIT
 
@@ -42,6 +55,11 @@ class World:
     link: ShareLink
     playground: Conversation
     score: Score
+    queue: ReviewQueue
+    item: ReviewItem
+    judge: Judge
+    judge_run: JudgeRun
+    spare: dict[str, int]  # a queue and a judge the DELETE routes remove (the others need theirs)
 
 
 @pytest.fixture
@@ -56,7 +74,23 @@ def world(project: Project, alice: Any) -> World:
         project, alice, {"name": "walked", "kind": "numeric", "min_value": 1, "max_value": 5}
     )
     score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
-    return World(project, run, note, link, playground, score)
+    queue, spare_queue = (ReviewQueue.objects.create(project=project, name=n) for n in ("walked", "spare"))
+    queue.configs.set([config])
+    item = ReviewItem.objects.create(
+        queue=queue, run_id=run.run_id, assignee=alice, locked_until=timezone.now() + timedelta(hours=1)
+    )
+    judge, spare_judge = (
+        Judge.objects.create(
+            project=project, name=n, provider="scripted", model="judge-heuristic",
+            prompt="{{ last_answer }}", config=config,
+        )
+        for n in ("walked", "spare")
+    )  # fmt: skip
+    jr = JudgeRun.objects.create(
+        judge=judge, project=project, provider=judge.provider, model=judge.model, prompt=judge.prompt
+    )
+    spare = {"queue": spare_queue.pk, "judge": spare_judge.pk}
+    return World(project, run, note, link, playground, score, queue, item, judge, jr, spare)
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -113,6 +147,33 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
         ("delete", "/api/v1/scores/{score_id}"): {},
+        ("post", "/api/v1/projects/{project_id}/queues"): {
+            "name": "another",
+            "description": "runs with a compaction",
+            "filter": "had_compaction=1&days=7",
+            "configs": ["walked"],
+            "lock_minutes": 10,
+        },
+        ("patch", "/api/v1/projects/{project_id}/queues/{queue_id}"): {"name": "renamed", "lock_minutes": 20},
+        ("delete", "/api/v1/projects/{project_id}/queues/{queue_id}"): {},
+        ("post", "/api/v1/projects/{project_id}/queues/{queue_id}/take"): {},
+        ("patch", "/api/v1/projects/{project_id}/queues/{queue_id}/items/{item_id}"): {"status": "released"},
+        ("post", "/api/v1/projects/{project_id}/judges"): {
+            "name": "another",
+            "model": "scripted/judge-heuristic",
+            "prompt": "Rate {{ last_answer }}",
+            "config": str(w.score.config_id),
+            "on_new_runs": False,
+        },
+        ("patch", "/api/v1/projects/{project_id}/judges/{judge_id}"): {"prompt": "Now {{ last_answer }}"},
+        ("delete", "/api/v1/projects/{project_id}/judges/{judge_id}"): {},
+        ("post", "/api/v1/projects/{project_id}/judges/{judge_id}/runs"): {
+            "filter": "days=7",
+            "max_runs": 5,
+            "max_tokens": 1000,
+        },
+        ("post", "/api/v1/projects/{project_id}/judge-runs/{judge_run_id}/cancel"): {},
+        ("post", "/api/v1/projects/{project_id}/judge-runs/{judge_run_id}/again"): {},
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -127,6 +188,10 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
         .replace("{run_id}", w.run.run_id)
+        .replace("{queue_id}", str(w.queue.pk))
+        .replace("{item_id}", str(w.item.pk))
+        .replace("{judge_id}", str(w.judge.pk))
+        .replace("{judge_run_id}", str(w.judge_run.pk))
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
@@ -148,7 +213,11 @@ def send(
 ) -> Any:
     client = clients["key"] if path == "/api/v1/ingest" else clients["session"]
     call: Callable[..., Any] = getattr(client, method)
-    return call(url_of(path, w, params), data=body, content_type="application/json")
+    url = url_of(path, w, params)
+    if method == "delete" and path.endswith(("/queues/{queue_id}", "/judges/{judge_id}")):
+        kind = "queue" if path.endswith("/queues/{queue_id}") else "judge"
+        url = url.rsplit("/", 1)[0] + f"/{w.spare[kind]}"  # the spare: the other routes need theirs
+    return call(url, data=body, content_type="application/json")
 
 
 # --------------------------------------------------------------------------------------------------
