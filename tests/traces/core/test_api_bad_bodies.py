@@ -113,6 +113,19 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
         ("delete", "/api/v1/scores/{score_id}"): {},
+        # A project's prices (issue 37): set, changed, removed.
+        ("post", "/api/v1/projects/{project_id}/prices"): {
+            "model": "walked-model",
+            "input_per_million": 1.25,
+            "output_per_million": "5",
+            "cached_input_per_million": 0.5,
+        },
+        ("put", "/api/v1/projects/{project_id}/prices/{model}"): {
+            "input_per_million": 2,
+            "output_per_million": 8,
+            "cached_input_per_million": None,
+        },
+        ("delete", "/api/v1/projects/{project_id}/prices/{model}"): {},
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -127,6 +140,7 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
         .replace("{run_id}", w.run.run_id)
+        .replace("{model}", "walked-model")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
