@@ -50,6 +50,12 @@ class DashboardView(BaseView):
             OpenApiParameter("agent", str, description="a pool agent"),
             OpenApiParameter("model", str, description="the run's model"),
             OpenApiParameter("source", str, description="runtime, arcana or otlp"),
+            OpenApiParameter(
+                "score",
+                str,
+                description="score conditions, `;`-separated, as the runs list takes them: "
+                "`helpfulness>=4;kept_constraint=true` (or `score.helpfulness>=4` as a parameter of its own)",
+            ),
         ],
         responses={200: OpenApiTypes.OBJECT, 400: ErrorSerializer, 404: ErrorSerializer},
         summary="A project's dashboard: runs, failures, latency, tokens and cost per day, by model and agent",
