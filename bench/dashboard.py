@@ -294,6 +294,10 @@ def run(url: str, args: argparse.Namespace) -> None:
     print(f"rollups of {days} days built in {time.perf_counter() - t0:.1f} s "
           f"({(time.perf_counter() - t0) / max(days, 1) * 1000:.0f} ms per day of ~{args.runs // args.days:,} runs)")  # fmt: skip
     print(f"  ({RunRollup.objects.count():,} run rows, {SessionRollup.objects.count():,} sessions)")
+    # The statistics autovacuum keeps after such inserts (without them the planner takes the new
+    # rollup tables for empty).
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
     client = Client()
     client.force_login(user)
     page = f"/projects/{project.pk}"

@@ -2,7 +2,8 @@
 from the per-run rollup rows (`RunRollup`) of the runs whose scores match — the runs list's own
 conditions (`traces.scores.expressions`, parsed by the runs filter's field), never events or steps.
 
-Three grouped reads over the range's matching rows (by day: the sums; by day and duration bucket: the
+One read of the matching runs' ids (by the scores' index), then three grouped reads over the range's
+matching rows (by day: the sums; by day and duration bucket: the
 run histogram; by pool agent: the cost per agent) and one of the matching rows' step-latency
 histograms and cost by model (merged here: a row holds a handful of buckets and models). The rows
 it returns have the shape of `DailyRollup` rows, so `figures` draws them as it draws those."""
@@ -12,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import BooleanField, Count, Q, QuerySet, Sum
+from django.db.models.expressions import RawSQL
 
 from traces.dashboard import histograms
 from traces.dashboard.filters import DashboardFilter
@@ -42,12 +45,15 @@ def matching_runs(project_id: int, f: DashboardFilter) -> QuerySet[Run]:
 
 
 def _scope(project_id: int, f: DashboardFilter) -> QuerySet[RunRollup]:
-    qs = RunRollup.objects.filter(
-        project_id=project_id,
-        day__gte=f.first,
-        day__lte=f.last,
-        run__in=matching_runs(project_id, f).values("pk"),
-    )
+    """The range's run rows of the matching runs. The matching runs are read first, by the scores'
+    index (a few thousand ids): as a subquery, the planner probed it once per run row of the range
+    instead. On PostgreSQL the ids go as one array parameter (any number of them)."""
+    qs = RunRollup.objects.filter(project_id=project_id, day__gte=f.first, day__lte=f.last)
+    pks = list(matching_runs(project_id, f).values_list("pk", flat=True))
+    if connection.vendor == "postgresql":
+        qs = qs.filter(RawSQL('"traces_runrollup"."run_id" = ANY(%s)', (pks,), output_field=BooleanField()))
+    else:
+        qs = qs.filter(run_id__in=matching_runs(project_id, f).values("pk"))
     if f.model:
         qs = qs.filter(model=f.model)
     if f.source:

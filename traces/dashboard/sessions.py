@@ -51,8 +51,10 @@ def session_runs(project_id: int, key: str) -> QuerySet[Run]:
 
 def sessions_of(projects: QuerySet[Project]) -> QuerySet[SessionRollup]:
     """The sessions of `projects`, newest activity first: their rollup rows (`SessionRollup`, kept by
-    `traces.dashboard.rollups`), read a page at a time through the (project, last) index."""
-    return SessionRollup.objects.filter(project__in=projects).order_by("-last", "key")
+    `traces.dashboard.rollups`), read a page at a time through the (project, last) index. The
+    projects' ids are read first: behind a subquery, the planner sorted every session instead."""
+    ids = list(projects.values_list("pk", flat=True))
+    return SessionRollup.objects.filter(project_id__in=ids).order_by("-last", "key")
 
 
 @dataclass
