@@ -2,10 +2,8 @@
 from the per-run rollup rows (`RunRollup`) of the runs whose scores match — the runs list's own
 conditions (`traces.scores.expressions`, parsed by the runs filter's field), never events or steps.
 
-One read of the matching runs' ids (by the scores' index), then three grouped reads over the range's
-matching rows (by day: the sums; by day and duration bucket: the
-run histogram; by pool agent: the cost per agent) and one of the matching rows' step-latency
-histograms and cost by model (merged here: a row holds a handful of buckets and models). The rows
+One read of the matching runs' ids (by the scores' index), then one of their rows (a few per run),
+summed here per day and per pool agent. The rows
 it returns have the shape of `DailyRollup` rows, so `figures` draws them as it draws those."""
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import datetime as dt
 from typing import Any
 
 from django.db import connection
-from django.db.models import BooleanField, Count, Q, QuerySet, Sum
+from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from traces.dashboard import histograms
@@ -45,34 +43,22 @@ def matching_runs(project_id: int, f: DashboardFilter) -> QuerySet[Run]:
 
 
 def _scope(project_id: int, f: DashboardFilter) -> QuerySet[RunRollup]:
-    """The range's run rows of the matching runs. The matching runs are read first, by the scores'
-    index (a few thousand ids): as a subquery, the planner probed it once per run row of the range
-    instead. On PostgreSQL the ids go as one array parameter (any number of them)."""
-    qs = RunRollup.objects.filter(project_id=project_id, day__gte=f.first, day__lte=f.last)
-    pks = list(matching_runs(project_id, f).values_list("pk", flat=True))
+    """The run rows of the matching runs. The matching runs are read first, by the scores' index (a
+    few thousand ids): as a subquery, the planner probed it once per run row of the range instead.
+    On PostgreSQL the ids go as one array parameter (any number of them), walked through the
+    (run, agent) index alone — the ids already hold the project and the range."""
     if connection.vendor == "postgresql":
-        qs = qs.filter(RawSQL('"traces_runrollup"."run_id" = ANY(%s)', (pks,), output_field=BooleanField()))
+        pks = list(matching_runs(project_id, f).values_list("pk", flat=True))
+        qs = RunRollup.objects.filter(
+            RawSQL('"traces_runrollup"."run_id" = ANY(%s)', (pks,), output_field=BooleanField())
+        )
     else:
-        qs = qs.filter(run_id__in=matching_runs(project_id, f).values("pk"))
+        qs = RunRollup.objects.filter(run_id__in=matching_runs(project_id, f).values("pk"))
     if f.model:
         qs = qs.filter(model=f.model)
     if f.source:
         qs = qs.filter(source=f.source)
     return qs
-
-
-def _sums() -> dict[str, Any]:
-    """The aggregates, named `s_<name>` (an annotation named as a column would shadow it)."""
-    out: dict[str, Any] = {"s_runs": Count("id")}
-    out.update({f"s_{name}": Sum(name) for name in _SUMMED})
-    out.update({f"s_{name}": Count("id", filter=Q(**{f"{col}__gt": 0})) for name, col in _RUNS_WITH.items()})
-    return out
-
-
-def _named(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        (k[2:] if k.startswith("s_") else k): (v or 0) if k.startswith("s_") else v for k, v in row.items()
-    }
 
 
 def _merge_models(into: dict[str, list[Any]], by_model: dict[str, list[Any]] | None) -> None:
@@ -83,28 +69,41 @@ def _merge_models(into: dict[str, list[Any]], by_model: dict[str, list[Any]] | N
             e[4] = (e[4] or 0.0) + cost
 
 
+_COLUMNS = ("day", "agent", "run_bucket", "step_ms", "by_model", *_SUMMED)
+
+
+def _row(day: dt.date | None = None, agent: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"day": day, "agent": agent, "runs": 0, "computed_at": None}
+    out.update(dict.fromkeys((*_SUMMED, *_RUNS_WITH), 0))
+    out.update(run_ms={}, step_ms={}, by_model={})
+    return out
+
+
 def rows(project_id: int, f: DashboardFilter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Per day, the figures of the matching runs (`DailyRollup`-shaped rows: the sums, `run_ms`,
-    `step_ms`, `by_model`); and per pool agent, their sums (for the cost per agent)."""
-    scope = _scope(project_id, f)
-    main = scope.filter(agent=f.agent or ALL_AGENTS)
+    `step_ms`, `by_model`); and per pool agent, their sums (for the cost per agent). One read of
+    the matching runs' rows (a few per run), summed here."""
+    wanted = f.agent or ALL_AGENTS
     days: dict[dt.date, dict[str, Any]] = {}
-    for r in main.values("day").annotate(**_sums()).order_by():
-        days[r["day"]] = {**_named(r), "run_ms": {}, "step_ms": {}, "by_model": {}, "computed_at": None}
-    for day, bucket, n in (
-        main.filter(run_bucket__isnull=False)
-        .values_list("day", "run_bucket")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
-        days[day]["run_ms"][str(bucket)] = n
-    for day, step_ms, by_model in (
-        main.filter(steps__gt=0).values_list("day", "step_ms", "by_model").order_by()
-    ):
-        histograms.merge_into(days[day]["step_ms"], step_ms)
-        _merge_models(days[day]["by_model"], by_model)
-    agents = scope.exclude(agent=ALL_AGENTS)
-    if f.agent:
-        agents = agents.filter(agent=f.agent)
-    agent_rows = [_named(r) for r in agents.values("agent").annotate(**_sums()).order_by()]
-    return [days[d] for d in sorted(days)], agent_rows
+    agents: dict[str, dict[str, Any]] = {}
+    for values in _scope(project_id, f).values_list(*_COLUMNS).order_by():
+        r = dict(zip(_COLUMNS, values, strict=True))
+        targets = []
+        if r["agent"] == wanted:
+            targets.append(days.setdefault(r["day"], _row(r["day"])))
+        if r["agent"] != ALL_AGENTS and (not f.agent or r["agent"] == f.agent):
+            targets.append(agents.setdefault(r["agent"], _row(agent=r["agent"])))
+        for t in targets:
+            t["runs"] += 1
+            for name in _SUMMED:
+                t[name] += r[name] or 0
+            for name, col in _RUNS_WITH.items():
+                t[name] += (r[col] or 0) > 0
+        if r["agent"] == wanted:
+            t = days[r["day"]]
+            if r["run_bucket"] is not None:
+                key = str(r["run_bucket"])
+                t["run_ms"][key] = t["run_ms"].get(key, 0) + 1
+            histograms.merge_into(t["step_ms"], r["step_ms"])
+            _merge_models(t["by_model"], r["by_model"])
+    return [days[d] for d in sorted(days)], list(agents.values())
