@@ -11,9 +11,14 @@
    step (a fifth of them dropping messages, some OTLP ones with lost instructions), and
    `--events-per-run` raw events per run (10 million at the defaults) — which the dashboard never reads.
 3. Builds the rollups of every day (`traces.dashboard.rollups.rebuild_project`) and prints how long.
+   A `--scored` share of the runs (default 0.2) has a `helpfulness` score (1–5, uniform), written by
+   COPY too; a quarter of the runs are in sub-agent bundles of five (one session each), the rest are
+   sessions of their own.
 4. Times the dashboard page (`GET /projects/<id>`, the Django test client, logged in): the default
    range (last 30 days) and the whole range, first view then `--repeat` warm views (median, p95), and
    `GET /api/v1/projects/<id>/dashboard`; checks the page's queries never touch events, runs or steps.
+   Then the same filtered by score (`score.helpfulness>=4`: the matching runs' own rollup rows, found
+   through the scores), and the Sessions list (`/sessions?project=…`, its first and its 100th page).
    Goal: under 300 ms warm at 100,000 runs. `--runs 2000` is a quick run.
 """
 
@@ -108,7 +113,7 @@ def generate(url: str, project_id: int, n_runs: int, events_per_run: int, days: 
     start = end - timedelta(days=days)
     run_cols = ["id", "project_id", "run_id", "source", "agents", "model", "status", "started_at", "ended_at",
                 "turns", "steps", "events", "prompt_tokens", "completion_tokens", "tokens", "pin_count",
-                "recall_count", "primitives", "created_at", "updated_at"]  # fmt: skip
+                "recall_count", "primitives", "created_at", "updated_at", "bundle_id"]  # fmt: skip
     turn_cols = ["id", "run_id", "agent", "number", "steps", "prompt_tokens", "completion_tokens", "tokens",
                  "started_at", "ended_at"]  # fmt: skip
     step_cols = ["id", "run_id", "turn_id", "agent", "turn_number", "number", "step_id", "model", "prompt_tokens",
@@ -177,7 +182,8 @@ def generate(url: str, project_id: int, n_runs: int, events_per_run: int, days: 
                 run_prompt, run_completion = run_prompt + tp, run_completion + tc
             cp["runs"].row((i, project_id, run_id, source, json.dumps(agents), model, status, began, t, TURNS_PER_RUN,
                             STEPS_PER_RUN, events_per_run, run_prompt, run_completion, run_prompt + run_completion,
-                            pins, recalls, pins + recalls, t, t, *extra[Run][1]))  # fmt: skip
+                            pins, recalls, pins + recalls, t, t, f"bundle-{i // 20}" if i % 4 == 0 else "",
+                            *extra[Run][1]))  # fmt: skip
         counts.update(runs=n_runs, turns=turn_id, steps=step_id, decisions=step_id)
         for name, c in cp.items():
             c.close()
@@ -204,6 +210,27 @@ def generate(url: str, project_id: int, n_runs: int, events_per_run: int, days: 
     return counts
 
 
+def write_scores(url: str, project_id: int, config_id: int, n_runs: int, share: float) -> int:
+    """A `helpfulness` score (1–5) on a `share` of the runs, by COPY; returns how many."""
+    from traces.models import Score
+
+    cols = ["project_id", "config_id", "name", "run_id", "target", "value", "source", "created_at"]
+    extra = _defaults(Score, cols)
+    rng = random.Random(36)
+    now = datetime.now(UTC)
+    with psycopg.connect(url) as conn:
+        cp = Copier(conn, "traces_score", cols + extra[0])
+        for i in range(1, n_runs + 1):
+            if rng.random() < share:
+                cp.row((project_id, config_id, "helpfulness", f"bench-{i:07d}", "run", float(rng.randint(1, 5)),
+                        "person", now, *extra[1]))  # fmt: skip
+        cp.close()
+        conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE traces_score")
+    return cp.rows
+
+
 def timed(get: Any, path: str, repeat: int) -> tuple[float, list[float], int]:
     t0 = time.perf_counter()
     r = get(path)
@@ -223,6 +250,7 @@ def main() -> None:
     ap.add_argument("--events-per-run", type=int, default=100)
     ap.add_argument("--days", type=int, default=90)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--scored", type=float, default=0.2, help="the share of runs with a helpfulness score")
     ap.add_argument("--keep", action="store_true", help="leave the benchmark database (default: drop it)")
     args = ap.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB)
@@ -245,7 +273,7 @@ def run(url: str, args: argparse.Namespace) -> None:
     from django.test.utils import CaptureQueriesContext
 
     from traces.dashboard import rollups
-    from traces.models import Membership, Project, Team
+    from traces.models import Membership, Project, RunRollup, ScoreConfig, SessionRollup, Team
 
     team = Team.objects.create(name="bench")
     project = Project.objects.create(team=team, slug="big", name="Big")
@@ -256,10 +284,20 @@ def run(url: str, args: argparse.Namespace) -> None:
     print(
         f"wrote {', '.join(f'{v:,} {k}' for k, v in counts.items())} by COPY in {time.perf_counter() - t0:.1f} s"
     )
+    config = ScoreConfig.objects.create(
+        project=project, name="helpfulness", kind="numeric", min_value=1, max_value=5
+    )
+    n_scores = write_scores(url, project.pk, config.pk, args.runs, args.scored)
+    print(f"wrote {n_scores:,} helpfulness scores ({args.scored:.0%} of the runs) by COPY")
     t0 = time.perf_counter()
     days = rollups.rebuild_project(project.pk)
     print(f"rollups of {days} days built in {time.perf_counter() - t0:.1f} s "
           f"({(time.perf_counter() - t0) / max(days, 1) * 1000:.0f} ms per day of ~{args.runs // args.days:,} runs)")  # fmt: skip
+    print(f"  ({RunRollup.objects.count():,} run rows, {SessionRollup.objects.count():,} sessions)")
+    # The statistics autovacuum keeps after such inserts (without them the planner takes the new
+    # rollup tables for empty).
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
     client = Client()
     client.force_login(user)
     page = f"/projects/{project.pk}"
@@ -273,15 +311,29 @@ def run(url: str, args: argparse.Namespace) -> None:
         f"the page's queries: {len(queries.captured_queries)}; tables of events, runs or steps read: {scanned or 'none'}"
     )
     print(f"\ndashboard of {args.runs:,} runs / {counts['events']:,} events ({args.repeat} warm views each):")
+    score = "score.helpfulness>=4"
+    with CaptureQueriesContext(connection) as queries:
+        client.get(f"{page}?{score}")
+    sql = " ".join(q["sql"] for q in queries.captured_queries)
+    scanned = [t for t in ('"traces_event"', '"traces_step"') if t in sql]
+    print(f"filtered by score: {len(queries.captured_queries)} queries; events or steps read: {scanned or 'none'} "
+          "(runs and scores are: the matching runs, by the scores' index)")  # fmt: skip
+    sessions = f"/sessions?project={project.slug}"
     for label, path in (
         ("last 30 days (default)", page),
         (f"all {args.days} days", whole),
         ("API, last 30 days", api),
+        (f"30 days, {score}", f"{page}?{score}"),
+        (f"{args.days} days, {score}", f"{whole}&{score}"),
+        (f"API, 30 days, {score}", f"{api}?{score}"),
+        ("Sessions, page 1", sessions),
+        ("Sessions, page 100", f"{sessions}&page=100"),
     ):
         first, warm, size = timed(client.get, path, args.repeat)
         p95 = sorted(warm)[max(0, int(len(warm) * 0.95) - 1)]
-        print(f"  {label:<24} first {first:7.1f} ms   warm median {statistics.median(warm):6.1f} ms   "
+        print(f"  {label:<36} first {first:7.1f} ms   warm median {statistics.median(warm):6.1f} ms   "
               f"p95 {p95:6.1f} ms   {size / 1024:.0f} KB")  # fmt: skip
+    print(f"load: {os.getloadavg()[0]:.2f} (1 min)")
     print("\ngoal: the dashboard under 300 ms warm at 100,000 runs")
 
 

@@ -40,7 +40,12 @@ urlpatterns = [
     path("compare", api_compare.CompareView.as_view(), name="api-compare"),
     # The dashboard's figures and the price table (traces/dashboard/api.py, issue 37).
     path("projects/<id:project_id>/dashboard", api_dashboard.DashboardView.as_view(), name="api-dashboard"),
-    path("projects/<id:project_id>/prices", api_dashboard.PriceListView.as_view(), name="api-prices"),
+    path("projects/<id:project_id>/prices", api_dashboard.PriceSetView.as_view(), name="api-prices"),
+    path(
+        "projects/<id:project_id>/prices/<path:model>",
+        api_dashboard.PriceDetailView.as_view(),
+        name="api-price",
+    ),
     path("share-links", api_collab.ShareLinkListView.as_view(), name="api-share-links"),
     path("share-links/<id:link_id>", api_collab.ShareLinkDetailView.as_view(), name="api-share-link"),
     path("notes", api_collab.NoteListView.as_view(), name="api-notes"),

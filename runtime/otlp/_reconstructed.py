@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from .._tokens import default_counter
 from ..errors import TraceFormatError
 from ..reconstruct import Reconstruction, reconstruct
-from ._recorded import is_recorded
+from ._recorded import is_recorded, openai_tool
 from ._types import Message, OtlpRun, OtlpStep
 from ._writer import EventWriter, step_id_of
 
@@ -63,6 +65,18 @@ def reconstruction(run: OtlpRun) -> Reconstruction | None:
         return None
 
 
+def tools_tokens(tool_definitions: list[Any] | None) -> int:
+    """The tokens the tool schemas a call was sent add to its prompt (`gen_ai.tool.definitions`, or
+    OpenInference's `llm.tools.N.tool.json_schema`), counted as our runtime counts its own
+    (`TokenCounter.count_tools`); a definition that is no JSON object counts as its text. 0 without."""
+    if not tool_definitions:
+        return 0
+    counter = default_counter()
+    tools = [openai_tool(t) for t in tool_definitions if isinstance(t, dict)]
+    texts = [t if isinstance(t, str) else json.dumps(t) for t in tool_definitions if not isinstance(t, dict)]
+    return counter.count_tools(tools) + sum(counter.count_text(t) for t in texts)
+
+
 def emit_decision(
     w: EventWriter, rec: Reconstruction, step: OtlpStep, step_id: str, pos: tuple[int, int, str | None]
 ) -> None:
@@ -76,6 +90,8 @@ def emit_decision(
     decision = call.to_context_decision()
     lost = [i.to_dict() for i in rec.lost_instructions if i.first_missing_call_id == step_id]
     report: dict[str, Any] = {"origin": "reconstructed", "counts": call.counts()}
+    if tools := tools_tokens(step["tool_definitions"]):
+        report["tools_tokens"] = tools  # the "tool schemas" part of what filled the context
     if call.compaction is not None:
         report["compaction"] = call.compaction.to_dict()
     if lost:

@@ -51,7 +51,7 @@ def _arcana_message(m: Message) -> dict[str, Any]:
     }
 
 
-def _openai_tool(tool: Any) -> Any:
+def openai_tool(tool: Any) -> Any:
     """A GenAI tool definition (`{"type": "function", "name", ...}`) in the OpenAI shape we send."""
     if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
         return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
@@ -69,7 +69,7 @@ def _recorded_snapshot(step: OtlpStep, turn: int, number: int) -> dict[str, Any]
         "step": number,
         "model": step["request_model"] or step["model"],
         "messages": messages,
-        "tools": [_openai_tool(t) for t in step["tool_definitions"] or []],
+        "tools": [openai_tool(t) for t in step["tool_definitions"] or []],
         "response_format": None,
         "budget_snapshot": (step["arcana"] or {}).get("budget_snapshot"),
     }

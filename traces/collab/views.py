@@ -31,6 +31,8 @@ from traces.collab import notes as notes_service
 from traces.collab import sharing
 from traces.core import access
 from traces.core.authentication import SignedInRequest
+from traces.dashboard import composition, prices
+from traces.dashboard import pages as dashboard_pages
 from traces.models import Action, Membership, Note, Run, ShareLink, membership_of
 from traces.runs import context, live
 
@@ -54,6 +56,9 @@ def shared_run(request: HttpRequest, token: str) -> HttpResponse:
     link, run = access.shared_run(token)
     agent = context.agent_for(request, run)
     ctx = sharing.redact(context.run_ctx(request, run, agent), hide_content=link.hide_content)
+    # Cost and what filled the context, as on the team's page: numbers and model names, no trace text.
+    ctx["cost"] = prices.run_cost(run)
+    ctx["band"] = composition.run_band(run, agent)
     return _shared(render(request, "traces/run.html", ctx))
 
 
@@ -81,6 +86,7 @@ def _shared_turn_ctx(request: HttpRequest, token: str, number: int) -> dict[str,
     link, run = access.shared_run(token)
     agent = context.agent_for(request, run)
     ctx = context.turn_ctx(request, run, agent, number)
+    dashboard_pages.add_turn_costs(ctx)  # the turn's and each step's cost, as on the team's page
     return sharing.redact(ctx, hide_content=link.hide_content)
 
 

@@ -7,8 +7,9 @@ turns. A message the decision dropped or summarized adds nothing (it was not sen
 adds its tokens as sent. Where each figure comes from:
 - **pins**: the rows of pinned blocks; **system / user / assistant / tool results**: the other rows by
   role, tokens as sent (`token_count_after`);
-- **tool schemas**: the report's `tools_tokens` (ours), else the decision's `budget_tools`; unknown
-  (0) for reconstructed decisions, whose spans do not count them;
+- **tool schemas**: the report's `tools_tokens`, else the decision's `budget_tools`: ours count the
+  schemas they send; a reconstructed decision (an OTLP span) counts the definitions the span carries
+  (`gen_ai.tool.definitions`, OpenInference's `llm.tools.N.tool.json_schema`) the same way, 0 without;
 - **summaries**: the report's `summary_tokens` (ours), or the rows a reconstruction marked as a summary;
 - **recalled turns**: tool results of `recall` calls — known when the step's prompt snapshot was
   recorded (it names each tool call); otherwise they count as tool results.

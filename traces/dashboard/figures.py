@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from traces.dashboard import histograms
+from traces.dashboard import histograms, scored
 from traces.dashboard.filters import DashboardFilter
 from traces.models import ALL_AGENTS, DailyRollup
 
@@ -182,16 +182,29 @@ def _scope(project_id: int, f: DashboardFilter) -> Q:
 
 def figures(project_id: int, f: DashboardFilter) -> Figures:
     """The dashboard of a project for `f`: two reads of the rollup table (the rows of the filter, and
-    the pool agents' rows for the cost per agent) and one of its dimensions (the choices)."""
+    the pool agents' rows for the cost per agent) and one of its dimensions (the choices); filtered by
+    score, the matching runs' own rollup rows instead (`scored`)."""
     by_day = {d: DayFigures(day=d) for d in f.days}
     total = DayFigures()
     models: dict[str, Breakdown] = {}
     computed: dt.datetime | None = None
-    rows = DailyRollup.objects.filter(_scope(project_id, f), agent=f.agent or ALL_AGENTS).values(*_FIELDS)
-    for row in rows.order_by():
+    if f.score:  # the matching runs' own rollup rows, summed per day (`scored`)
+        rows, agent_rows = scored.rows(project_id, f)
+    else:
+        rows = list(
+            DailyRollup.objects.filter(_scope(project_id, f), agent=f.agent or ALL_AGENTS)
+            .values(*_FIELDS)
+            .order_by()
+        )
+        agent_qs = DailyRollup.objects.filter(_scope(project_id, f)).exclude(agent=ALL_AGENTS)
+        if f.agent:
+            agent_qs = agent_qs.filter(agent=f.agent)
+        agent_rows = list(agent_qs.values("agent", *_SUMS).order_by())
+    for row in rows:
         by_day[row["day"]].add(row)
         total.add(row)
-        computed = max(computed, row["computed_at"]) if computed else row["computed_at"]
+        if row["computed_at"] is not None:
+            computed = max(computed, row["computed_at"]) if computed else row["computed_at"]
         for model, (steps, p, c, k, cost) in (row["by_model"] or {}).items():
             b = models.setdefault(model, Breakdown(model))
             b.steps, b.prompt_tokens, b.completion_tokens = (
@@ -205,10 +218,7 @@ def figures(project_id: int, f: DashboardFilter) -> Figures:
             else:
                 b.cost_usd = (b.cost_usd or 0.0) + cost
     agents: dict[str, Breakdown] = {}
-    agent_rows = DailyRollup.objects.filter(_scope(project_id, f)).exclude(agent=ALL_AGENTS)
-    if f.agent:
-        agent_rows = agent_rows.filter(agent=f.agent)
-    for row in agent_rows.values("agent", *_SUMS).order_by():
+    for row in agent_rows:
         b = agents.setdefault(row["agent"], Breakdown(row["agent"]))
         b.runs += row["runs"]
         b.steps += row["steps"]

@@ -1,6 +1,8 @@
 """The dashboard's range and filters, named as the runs list names them (`traces/runs/filters.py`), so
 that a chart's link to the runs behind it carries the same values: `started_after` (a day, included),
-`started_before` (a day, excluded), `agent`, `model`, `source`.
+`started_before` (a day, excluded), `agent`, `model`, `source` and `score` (`helpfulness>=4;tone=curt`,
+or `score.helpfulness>=4` as people type it: the runs filter's own field and syntax,
+`traces.scores.expressions`).
 
 The page is lenient (a bad value falls back to its default, the form says so); the API is strict
 (a 400 naming the parameter)."""
@@ -17,7 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from traces.models import Run
-from traces.runs.filters import with_aliases
+from traces.runs.filters import ScoreConditionsField, with_aliases
+from traces.scores.expressions import Condition
 
 #: The default range: the last 30 days, today included.
 DEFAULT_DAYS = 30
@@ -31,6 +34,9 @@ class DashboardForm(forms.Form):
     agent = forms.CharField(required=False, max_length=200, help_text="a pool agent")
     model = forms.CharField(required=False, max_length=200, help_text="the run's model")
     source = forms.ChoiceField(required=False, choices=[("", "any"), *Run.Source.choices])
+    score = ScoreConditionsField(
+        required=False, help_text="score conditions, ;-separated: helpfulness>=4; kept_constraint=true"
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -52,6 +58,7 @@ class DashboardFilter:
     agent: str = ""
     model: str = ""
     source: str = ""
+    score: tuple[Condition, ...] = ()
     _base: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -67,7 +74,14 @@ class DashboardFilter:
         q.update(
             {k: v for k, v in (("agent", self.agent), ("model", self.model), ("source", self.source)) if v}
         )
+        if self.score:
+            q["score"] = self.score_text
         return q
+
+    @property
+    def score_text(self) -> str:
+        """The score conditions as the runs filter reads them (`helpfulness>=4;tone=curt`)."""
+        return ";".join(map(str, self.score))
 
     def runs_url(self, project_slug: str, day: dt.date | None = None, **extra: str) -> str:
         """The runs list with this filter (one day of it, when given) and `extra` (`status=failed`…).
@@ -114,6 +128,7 @@ def resolve(data: Any, *, strict: bool = False) -> tuple[DashboardFilter, Dashbo
             agent=(cleaned.get("agent") or "").strip(),
             model=(cleaned.get("model") or "").strip(),
             source=cleaned.get("source") or "",
+            score=tuple(cleaned.get("score") or ()),
         ),
         form,
     )

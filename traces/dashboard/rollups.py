@@ -12,6 +12,10 @@ reads at most a few hundred small rows and never scans events, nor the runs of i
   never stale.
 - A day is the UTC day a run **started**: a run counts, with all its steps and cost, on that day.
 - A price change marks every day of the project (`mark_project`): the cost is priced at refresh.
+- Beside a day's rows, the same refresh keeps **one row per run** (`RunRollup`, per agent as the
+  day's): what a dashboard filtered by score sums, for the matching runs only; and recomputes the
+  **sessions** those runs belong to (`SessionRollup`, summed from their runs' rows), which the
+  Sessions list reads.
 """
 
 from __future__ import annotations
@@ -22,14 +26,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from runtime.pricing import PriceTable
 from traces.dashboard import histograms
 from traces.dashboard.prices import project_table
-from traces.models import ALL_AGENTS, ContextDecision, DailyRollup, RollupDay, Run, Step
+from traces.dashboard.sessions import BUNDLE, RUN
+from traces.models import (
+    ALL_AGENTS,
+    ContextDecision,
+    DailyRollup,
+    RollupDay,
+    Run,
+    RunRollup,
+    SessionRollup,
+    Step,
+)
 
 #: The dashboard refreshes its project's marked days itself while they hold at most this many runs.
 INLINE_RUNS = 3000
@@ -113,24 +127,52 @@ class _Acc:
             entry[4] = (entry[4] or 0.0) + cost
 
 
+@dataclass
+class _RunInfo:
+    source: str
+    model: str
+    agents: list[str]
+    session: str
+    started: dt.datetime | None
+    last: dt.datetime | None
+    turns: int
+    tokens: int
+
+
 def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) -> list[DailyRollup]:
-    """The rollup rows of one (project, day), from the rows of the runs that started that day.
-    Long because it reads four grouped queries into one set of rows; each step is a few lines."""
+    """The rollup rows of one (project, day) (`compute_rows`' first half)."""
+    return compute_rows(project_id, day, table)[0]
+
+
+def compute_rows(
+    project_id: int, day: dt.date, table: PriceTable | None = None
+) -> tuple[list[DailyRollup], list[RunRollup]]:
+    """The rollup rows of one (project, day) and its runs' own rows, from the rows of the runs that
+    started that day. Long because it reads four grouped queries into one set of rows; each step is
+    a few lines."""
     table = table or project_table(project_id)
     start, end = day_bounds(day)
     runs = Run.objects.filter(project_id=project_id, started_at__gte=start, started_at__lt=end)
-    info: dict[int, tuple[str, str, list[str]]] = {}
+    info: dict[int, _RunInfo] = {}
     accs: dict[tuple[str, str, str], _Acc] = {}
+    per_run: dict[tuple[int, str], _Acc] = {}
 
     def keys(pk: int, agent: str | None = None) -> list[_Acc]:
-        source, model, agents = info[pk]
-        names = [ALL_AGENTS] + (list(agents) if agent is None else [agent] if agent in agents else [])
-        return [accs.setdefault((source, model, name), _Acc()) for name in names]
+        i = info[pk]
+        names = [ALL_AGENTS] + (list(i.agents) if agent is None else [agent] if agent in i.agents else [])
+        return [accs.setdefault((i.source, i.model, name), _Acc()) for name in names] + [
+            per_run.setdefault((pk, name), _Acc()) for name in names
+        ]
 
-    for pk, source, model, status, started, ended, agents, pins, recalls in runs.values_list(
-        "pk", "source", "model", "status", "started_at", "ended_at", "agents", "pin_count", "recall_count"
-    ):
-        info[pk] = (source, model or "", [a for a in (agents or []) if isinstance(a, str) and a])
+    for pk, source, model, status, started, ended, agents, pins, recalls, run_id, bundle, turns, tokens in (
+        runs.values_list(
+            "pk", "source", "model", "status", "started_at", "ended_at", "agents", "pin_count", "recall_count",
+            "run_id", "bundle_id", "turns", "tokens",
+        )
+    ):  # fmt: skip
+        session = f"{BUNDLE}{bundle}" if bundle else f"{RUN}{run_id}"
+        names = [a for a in (agents or []) if isinstance(a, str) and a]
+        info[pk] = _RunInfo(source, model or "", names, session, started, ended or started, turns, tokens)
         for acc in keys(pk):
             acc.runs += 1
             acc.failed += status == Run.Status.FAILED
@@ -142,7 +184,7 @@ def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) 
             acc.pinned += pins > 0
             acc.recalled += recalls > 0
     if not info:
-        return []
+        return [], []
     in_day = Q(run__project_id=project_id, run__started_at__gte=start, run__started_at__lt=end)
     grouped = (
         Step.objects.filter(in_day)
@@ -186,7 +228,7 @@ def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) 
                 acc.lost += n
                 acc.lost_runs.add(run_pk)
     now = timezone.now()
-    return [
+    daily = [
         DailyRollup(
             project_id=project_id,
             day=day,
@@ -217,17 +259,79 @@ def compute_day(project_id: int, day: dt.date, table: PriceTable | None = None) 
         )
         for (source, model, agent), a in sorted(accs.items())
     ]
+    return daily, [_run_row(project_id, day, pk, agent, info[pk], a) for (pk, agent), a in per_run.items()]
+
+
+def _run_row(project_id: int, day: dt.date, pk: int, agent: str, i: _RunInfo, a: _Acc) -> RunRollup:
+    return RunRollup(
+        project_id=project_id, run_id=pk, day=day, source=i.source, model=i.model, agent=agent,
+        session=i.session, started_at=i.started, last_at=i.last, failed=a.failed, running=a.running,
+        run_bucket=int(next(iter(a.run_ms))) if a.run_ms else None, step_ms=a.step_ms,
+        turns=i.turns if agent == ALL_AGENTS else 0, tokens=i.tokens if agent == ALL_AGENTS else 0,
+        steps=a.steps, prompt_tokens=a.prompt, completion_tokens=a.completion, cached_tokens=a.cached,
+        cost_usd=a.cost, unpriced_tokens=a.unpriced, by_model=a.by_model, compactions=a.compactions,
+        lost_instructions=a.lost, pins=a.pins, recalls=a.recalls,
+    )  # fmt: skip
+
+
+def refresh_sessions(project_id: int, keys: Iterable[str]) -> None:
+    """Sum the sessions `keys` of a project again from their runs' rows (a session left with no run
+    loses its row). One grouped query per 500 sessions."""
+    keys = sorted(set(keys))
+    now = timezone.now()
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        sums = (
+            RunRollup.objects.filter(
+                project_id=project_id, agent=ALL_AGENTS, session__in=chunk, run__isnull=False
+            )
+            .values("session")
+            .annotate(
+                n=Count("id"), first=Min("started_at"), last=Max("last_at"), turns=Sum("turns"),
+                tokens=Sum("tokens"), cost=Sum("cost_usd"), unpriced=Sum("unpriced_tokens"),
+                failed=Sum("failed"), running=Sum("running"), source=Max("source"),
+            )
+            .order_by()
+        )  # fmt: skip
+        rows = [
+            SessionRollup(
+                project_id=project_id,
+                key=r["session"],
+                runs=r["n"],
+                first=r["first"],
+                last=r["last"],
+                turns=r["turns"] or 0,
+                tokens=r["tokens"] or 0,
+                cost_usd=r["cost"] or 0.0,
+                unpriced_tokens=r["unpriced"] or 0,
+                failed=r["failed"] or 0,
+                running=r["running"] or 0,
+                source=r["source"] or "",
+                computed_at=now,
+            )  # fmt: skip
+            for r in sums
+        ]
+        SessionRollup.objects.filter(project_id=project_id, key__in=chunk).delete()
+        SessionRollup.objects.bulk_create(rows)
 
 
 def refresh_day(project_id: int, day: dt.date, table: PriceTable | None = None) -> int:
     """Recompute one (project, day) and clear its mark unless it was marked again meanwhile.
     Returns the number of rollup rows written."""
     started = timezone.now()
-    rows = compute_day(project_id, day, table)
+    rows, run_rows = compute_rows(project_id, day, table)
     try:
         with transaction.atomic():
             DailyRollup.objects.filter(project_id=project_id, day=day).delete()
             DailyRollup.objects.bulk_create(rows)
+            # The day's run rows, and those its runs left on another day (a run whose start moved).
+            old = RunRollup.objects.filter(project_id=project_id).filter(
+                Q(day=day) | Q(run_id__in=list({r.run_id for r in run_rows}))
+            )
+            sessions = set(old.filter(agent=ALL_AGENTS).values_list("session", flat=True))
+            old.delete()
+            RunRollup.objects.bulk_create(run_rows, batch_size=2000)
+            refresh_sessions(project_id, sessions | {r.session for r in run_rows})
             RollupDay.objects.filter(project_id=project_id, day=day, marked_at__lte=started).delete()
     except IntegrityError:
         # Another refresh of the same day (the beat task and a dashboard view at once) wrote it
@@ -270,6 +374,13 @@ def refresh_project(project_id: int, *, budget: int | None = INLINE_RUNS) -> lis
     for d in days:
         refresh_day(project_id, d, table)
     return []
+
+
+def refresh_projects(projects: Any, *, budget: int | None = INLINE_RUNS) -> list[int]:
+    """`refresh_project` for each of `projects` (a queryset) with marked days — one query when none
+    has any; returns the projects whose marked days were left for the beat task."""
+    marked = RollupDay.objects.filter(project__in=projects).values_list("project_id", flat=True).distinct()
+    return [pk for pk in sorted(set(marked)) if refresh_project(pk, budget=budget)]
 
 
 def rebuild_project(project_id: int) -> int:

@@ -9,7 +9,9 @@ What a session is, per source (docs/guide/dashboard.md, "Sessions"):
   is one run, so one session; runs of our runtime that carry a `bundle_id` group like Arcana's.
 
 So a session's key is `bundle:<bundle_id>` when the run has one, else `run:<run_id>`, within a
-project. The list groups the runs a caller can read by that key, in one query, newest activity first.
+project. The list reads one rollup row per session (`SessionRollup`: runs, first and last time,
+turns, tokens, cost, failures; summed by `traces.dashboard.rollups` whenever one of its runs' days is
+refreshed), newest activity first, a page at a time.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Case, CharField, Count, Max, Min, Q, QuerySet, Sum, Value, When
-from django.db.models.functions import Coalesce, Concat
+from django.db.models import QuerySet
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 
-from traces.models import Project, Run, Step, Turn
+from traces.models import Project, Run, SessionRollup, Step, Turn
 
 BUNDLE, RUN = "bundle:", "run:"
 TURNS_PER_PAGE = 100
@@ -47,28 +49,12 @@ def session_runs(project_id: int, key: str) -> QuerySet[Run]:
     return runs.order_by("started_at", "run_id")
 
 
-def grouped(runs: QuerySet[Run]) -> QuerySet[Any]:
-    """`runs` grouped by (project, session key), with counts and sums; newest activity first."""
-    key_expr = Case(
-        When(~Q(bundle_id=""), then=Concat(Value(BUNDLE), "bundle_id", output_field=CharField())),
-        default=Concat(Value(RUN), "run_id", output_field=CharField()),
-        output_field=CharField(),
-    )
-    return (
-        runs.annotate(session=key_expr)
-        .values("project_id", "session")
-        .annotate(
-            n_runs=Count("id"),
-            first=Min("started_at"),
-            last=Max(Coalesce("ended_at", "started_at")),
-            turns=Sum("turns"),
-            tokens=Sum("tokens"),
-            failed=Count("id", filter=Q(status=Run.Status.FAILED)),
-            running=Count("id", filter=Q(status=Run.Status.RUNNING)),
-            sources=Max("source"),
-        )
-        .order_by("-last", "session")
-    )
+def sessions_of(projects: QuerySet[Project]) -> QuerySet[SessionRollup]:
+    """The sessions of `projects`, newest activity first: their rollup rows (`SessionRollup`, kept by
+    `traces.dashboard.rollups`), read a page at a time through the (project, last) index. The
+    projects' ids are read first: behind a subquery, the planner sorted every session instead."""
+    ids = list(projects.values_list("pk", flat=True))
+    return SessionRollup.objects.filter(project_id__in=ids).order_by("-last", "key")
 
 
 @dataclass
@@ -83,6 +69,8 @@ class SessionRow:
     failed: int
     running: int
     source: str
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
 
     @property
     def label(self) -> str:
@@ -98,21 +86,28 @@ class SessionRow:
     def url(self) -> str:
         return session_url(self.project.pk, self.key)
 
+    @property
+    def priced(self) -> bool:
+        """Whether any of its tokens had a price (else its cost is "not priced", never $0)."""
+        return bool(self.cost_usd) or self.unpriced_tokens < self.tokens or not self.tokens
 
-def rows(page: list[dict[str, Any]]) -> list[SessionRow]:
-    projects = Project.objects.select_related("team").in_bulk({r["project_id"] for r in page})
+
+def rows(page: list[SessionRollup]) -> list[SessionRow]:
+    projects = Project.objects.select_related("team").in_bulk({r.project_id for r in page})
     return [
         SessionRow(
-            projects[r["project_id"]],
-            r["session"],
-            r["n_runs"],
-            r["first"],
-            r["last"],
-            r["turns"] or 0,
-            r["tokens"] or 0,
-            r["failed"],
-            r["running"],
-            r["sources"] or "",
+            projects[r.project_id],
+            r.key,
+            r.runs,
+            r.first,
+            r.last,
+            r.turns,
+            r.tokens,
+            r.failed,
+            r.running,
+            r.source,
+            r.cost_usd,
+            r.unpriced_tokens,
         )  # fmt: skip
         for r in page
     ]

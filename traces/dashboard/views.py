@@ -140,18 +140,25 @@ def price_delete(request: HttpRequest, project_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def session_list(request: HttpRequest) -> HttpResponse:
-    """Every session of the caller's runs (of the current team), newest activity first."""
-    scope = access.runs(request)
+    """Every session of the caller's projects (of the current team), newest activity first, from the
+    sessions' rollup rows (small marked days are rolled up first, as the dashboard does)."""
+    scope = access.projects(request)
     if (team_id := current_team_id(request)) is not None:
-        scope = scope.filter(project__team_id=team_id)
+        scope = scope.filter(team_id=team_id)
     slug = request.GET.get("project", "").strip()
     if slug:
-        scope = scope.filter(project__slug=slug)
-    page = Paginator(sessions.grouped(scope), SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
+        scope = scope.filter(slug=slug)
+    pending = rollups.refresh_projects(scope)
+    page = Paginator(sessions.sessions_of(scope), SESSIONS_PER_PAGE).get_page(request.GET.get("page"))
     return render(
         request,
         "dashboard/sessions.html",
-        {"page": page, "rows": sessions.rows(list(page.object_list)), "project_slug": slug},
+        {
+            "page": page,
+            "rows": sessions.rows(list(page.object_list)),
+            "project_slug": slug,
+            "pending": pending,
+        },
     )
 
 

@@ -26,7 +26,14 @@ from traces.models.collab import (
     ShareLinkQuerySet,
 )
 from traces.models.conversation import Conversation
-from traces.models.dashboard import ALL_AGENTS, DailyRollup, ModelPrice, RollupDay
+from traces.models.dashboard import (
+    ALL_AGENTS,
+    DailyRollup,
+    ModelPrice,
+    RollupDay,
+    RunRollup,
+    SessionRollup,
+)
 from traces.models.files import (
     StoredFile,
     StoredFileChunk,
@@ -113,6 +120,8 @@ __all__ = [
     "RelatedRuns",
     "RollupDay",
     "Run",
+    "RunRollup",
+    "SessionRollup",
     "ShareLink",
     "Span",
     "ShareLinkQuerySet",

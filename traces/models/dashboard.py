@@ -105,3 +105,76 @@ class RollupDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id} {self.day}"
+
+
+class RunRollup(models.Model):
+    """What one run adds to its day's `DailyRollup` (per agent as there: `ALL_AGENTS` and each pool
+    agent), kept beside it by the same refresh: the rows a dashboard filtered by **score** sums (only
+    the runs whose scores match, DESIGN.md §10), and the rows `SessionRollup` is summed from. `run` is
+    None for a run deleted since its day's last refresh (the next one removes the row)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey("traces.Run", on_delete=models.SET_NULL, null=True, related_name="+")
+    day = models.DateField()
+    source = models.CharField(max_length=10)
+    model = models.CharField(max_length=200, blank=True)
+    agent = models.CharField(max_length=200, default=ALL_AGENTS)
+    session = models.CharField(max_length=210)  # `bundle:<bundle_id>` or `run:<run_id>`
+    started_at = models.DateTimeField(null=True)
+    last_at = models.DateTimeField(null=True)  # ended, else started
+    failed = models.PositiveSmallIntegerField(default=0)
+    running = models.PositiveSmallIntegerField(default=0)
+    run_bucket = models.SmallIntegerField(null=True)  # the run duration's histogram bucket
+    step_ms = models.JSONField(default=dict)
+    turns = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)  # the run's own count (`Run.tokens`)
+    steps = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    unpriced_tokens = models.PositiveBigIntegerField(default=0)
+    by_model = models.JSONField(default=dict)
+    compactions = models.PositiveIntegerField(default=0)
+    lost_instructions = models.PositiveIntegerField(default=0)
+    pins = models.PositiveIntegerField(default=0)
+    recalls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "agent"], name="runrollup_run_agent_uniq")]
+        indexes = [
+            models.Index(fields=["project", "agent", "day"], name="runrollup_proj_agent_day_idx"),
+            models.Index(fields=["project", "session"], name="runrollup_proj_session_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.day} run {self.run_id} {self.agent}"
+
+
+class SessionRollup(models.Model):
+    """One session of a project (`traces.dashboard.sessions`: a bundle, or a run alone) summed from
+    its runs' `RunRollup` rows, recomputed whenever a refresh touches one of its runs: the Sessions
+    list reads these rows, newest activity first, a page at a time."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=210)
+    runs = models.PositiveIntegerField(default=0)
+    first = models.DateTimeField(null=True)
+    last = models.DateTimeField(null=True)
+    turns = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+    unpriced_tokens = models.PositiveBigIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    source = models.CharField(max_length=10, blank=True)
+    computed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "key"], name="sessionrollup_project_key_uniq")
+        ]
+        indexes = [models.Index(fields=["project", "-last", "key"], name="sessionrollup_proj_last_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.key}"

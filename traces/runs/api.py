@@ -56,20 +56,45 @@ class RunListView(BaseView, generics.ListAPIView[Run]):
     filter_backends = [DjangoFilterBackend]
     filterset_class = RunFilter
 
+    @extend_schema(
+        description="Each run carries its tokens (`prompt_tokens`, `completion_tokens`, `tokens`) and its "
+        "cost with the project's prices: `cost_usd` (null when none of its models has a price: never "
+        "guessed), `unpriced_tokens` (the tokens of models without one) and `unpriced_models`."
+    )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return _paginated(self, RunSerializer)
+        return _paginated(self, RunSerializer, with_costs)
 
     def get_queryset(self) -> QuerySet[Run]:
         return access.runs(self.request).select_related("project__team").order_by("-started_at", "-pk")
 
 
-def _paginated(view: generics.GenericAPIView[Any], serializer_class: type[Any]) -> Response:
-    """`ListAPIView.list` with the rows written by `represent_many` (the same JSON)."""
+def cost_fields(summary: Any) -> dict[str, Any]:
+    """A run's cost in the list and detail: `cost_usd` (None: nothing priced), the unpriced part."""
+    d = summary.to_dict()
+    return {k: d[k] for k in ("cost_usd", "unpriced_tokens", "unpriced_models")}
+
+
+def with_costs(runs: list[Run], rows: list[dict[str, Any]]) -> None:
+    """The runs' cost fields into their rows (one grouped query over the page's steps per project)."""
+    prices.attach_run_costs(runs)
+    for run, row in zip(runs, rows, strict=True):
+        row.update(cost_fields(run.cost_summary))  # type: ignore[attr-defined]
+
+
+def _paginated(
+    view: generics.GenericAPIView[Any],
+    serializer_class: type[Any],
+    extend: Callable[[list[Any], list[dict[str, Any]]], None] | None = None,
+) -> Response:
+    """`ListAPIView.list` with the rows written by `represent_many` (the same JSON); `extend` adds
+    fields to a page's rows from its objects."""
     queryset = view.filter_queryset(view.get_queryset())
     page = view.paginate_queryset(queryset)
-    if page is None:
-        return Response(represent_many(serializer_class, queryset))
-    return view.get_paginated_response(represent_many(serializer_class, page))
+    objects = list(queryset if page is None else page)
+    rows = represent_many(serializer_class, objects)
+    if extend is not None:
+        extend(objects, rows)
+    return Response(rows) if page is None else view.get_paginated_response(rows)
 
 
 class LegacyRunView(BaseView):
@@ -159,7 +184,9 @@ class RunDetailView(BaseView):
         pins = sqlread.fetch(Pin, "WHERE run_id = %s ORDER BY created_turn, created_step, id", [run.pk])
         data["pins"] = represent_many(PinSerializer, pins)
         data["related"] = related_runs(run)
-        data["cost"] = prices.run_cost(run).to_dict()  # issue 37: by model, with the project's prices
+        cost = prices.run_cost(run)  # issue 37: by model, with the project's prices
+        data.update(cost_fields(cost))  # as in the list
+        data["cost"] = cost.to_dict()
         return Response(data)
 
     @extend_schema(

@@ -50,6 +50,7 @@ def score_section(project_id: int, f: DashboardFilter) -> dict[str, Any] | None:
                         "started_after": f.first.isoformat(),
                         "to": f.last.isoformat(),
                         "sort": f"-score.{c.name}",
+                        **({"score": f.score_text} if f.score else {}),
                     }
                 ),
             }

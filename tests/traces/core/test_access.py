@@ -203,6 +203,15 @@ def two_runs(w: World) -> dict[str, Any]:
     return {"a": ref, "b": ref}
 
 
+def fresh_price(w: World) -> str:
+    """A project price made on demand (a model name with a slash, as routers name them)."""
+    from traces.models import ModelPrice
+
+    model = f"router/m-{next(w.counter)}"
+    ModelPrice.objects.create(project=w.project, model=model, input_per_million=1, output_per_million=2)
+    return model
+
+
 # Scores (issue 36): a config and scores made on demand, so every case finds what it needs.
 
 
@@ -755,7 +764,30 @@ TABLE: dict[str, list[Case]] = {
     ],  # fmt: skip
     "api/v1/compare": [Case("GET", none, API_READ, query=two_runs)],
     "api/v1/projects/<project_id>/dashboard": [Case("GET", proj_only, API_READ)],
-    "api/v1/projects/<project_id>/prices": [Case("GET", proj_only, API_READ)],
+    "api/v1/projects/<project_id>/prices": [
+        Case("GET", proj_only, API_READ),
+        Case(
+            "POST",
+            proj_only,
+            E(401, 404, 403, 403, 201, 201),
+            data=lambda w: {"model": f"m-{next(w.counter)}", "input_per_million": 1, "output_per_million": 2},
+            json=True,
+        ),
+    ],  # fmt: skip
+    "api/v1/projects/<project_id>/prices/<model>": [
+        Case(
+            "PUT",
+            lambda w: {"project_id": w.project.pk, "model": f"vendor/m-{next(w.counter)}"},
+            E(401, 404, 403, 403, 201, 201),
+            data=lambda w: {"input_per_million": "0.5", "output_per_million": "1.5"},
+            json=True,
+        ),
+        Case(
+            "DELETE",
+            lambda w: {"project_id": w.project.pk, "model": fresh_price(w)},
+            E(401, 404, 403, 403, 204, 204),
+        ),
+    ],  # fmt: skip
     "api/v1/share-links": [
         Case("GET", none, E(401, 200, 200, 200, 200, 200)),
         Case(

@@ -174,6 +174,19 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("post", "/api/v1/projects/{project_id}/judge-runs/{judge_run_id}/cancel"): {},
         ("post", "/api/v1/projects/{project_id}/judge-runs/{judge_run_id}/again"): {},
+        # A project's prices (issue 37): set, changed, removed.
+        ("post", "/api/v1/projects/{project_id}/prices"): {
+            "model": "walked-model",
+            "input_per_million": 1.25,
+            "output_per_million": "5",
+            "cached_input_per_million": 0.5,
+        },
+        ("put", "/api/v1/projects/{project_id}/prices/{model}"): {
+            "input_per_million": 2,
+            "output_per_million": 8,
+            "cached_input_per_million": None,
+        },
+        ("delete", "/api/v1/projects/{project_id}/prices/{model}"): {},
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -192,6 +205,7 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{item_id}", str(w.item.pk))
         .replace("{judge_id}", str(w.judge.pk))
         .replace("{judge_run_id}", str(w.judge_run.pk))
+        .replace("{model}", "walked-model")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}

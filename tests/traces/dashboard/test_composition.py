@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
+from opentelemetry.sdk.trace import TracerProvider
 
+from runtime._tokens import default_counter
+from runtime.otlp._recorded import openai_tool
+from tests.traces.otlp import test_api as otlp_api
 from tests.traces.otlp.test_api import _json_body, _json_span, _text
 from traces.dashboard.composition import compose, run_band, step_composition
 from traces.models import ContextDecision, Project, Run, message_decision_rows
@@ -102,3 +107,81 @@ def test_a_reconstructed_decision_shows_its_parts(client: Client, api_key: str, 
     assert comp.total == _sent(last)
     page = alice_client.get(run.turn_url(last.turn_number)).content.decode()
     assert "data-context-composition" in page and "reconstructed from the messages the call received" in page
+
+
+#: The OpenTelemetry SDK exporting each span as it ends to the live server (tests/traces/otlp).
+exporter_provider = otlp_api.exporter_provider
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather of a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "the city"}},
+        "required": ["city"],
+    },
+}
+
+
+def _tools_of(run: Run) -> list[int]:
+    decisions = ContextDecision.objects.filter(run=run).select_related("step").order_by("step_number")
+    return [step_composition(d.step, d).tokens["tools"] for d in decisions]  # type: ignore[union-attr]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tool_schemas_of_otlp_spans_fill_their_part_of_the_context(
+    exporter_provider: TracerProvider, project: Project, alice_client: Client
+) -> None:
+    """Spans made by the OpenTelemetry SDK and sent over OTLP: a GenAI chat span with
+    `gen_ai.tool.definitions` and an OpenInference LLM span with `llm.tools.0.tool.json_schema` — each
+    step's reconstructed composition counts the schemas as `TokenCounter.count_tools` does; a span
+    with no tool definitions has none."""
+    tracer = exporter_provider.get_tracer("my.app")
+    expected = default_counter().count_tools([openai_tool(WEATHER_TOOL)])
+    assert expected > 20
+    for n, conversation in enumerate(("tools-genai", "tools-none")):
+        with tracer.start_as_current_span("invoke_agent helper") as agent:
+            agent.set_attributes(
+                {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": conversation}
+            )
+            attrs: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.input.messages": json.dumps(
+                    [_text("system", "Be brief."), _text("user", f"Rome? {n}")]
+                ),
+                "gen_ai.output.messages": json.dumps([_text("assistant", "Sunny.")]),
+            }
+            if conversation == "tools-genai":
+                attrs["gen_ai.tool.definitions"] = json.dumps([WEATHER_TOOL])
+            with tracer.start_as_current_span("chat gpt-4o") as span:
+                span.set_attributes(attrs)
+    oi_schema = {"type": "function", "function": {k: v for k, v in WEATHER_TOOL.items() if k != "type"}}
+    with tracer.start_as_current_span("Agent workflow") as chain:
+        chain.set_attributes({"openinference.span.kind": "CHAIN", "session.id": "tools-oi"})
+        with tracer.start_as_current_span("ChatCompletion") as llm:
+            llm.set_attributes(
+                {
+                    "openinference.span.kind": "LLM",
+                    "session.id": "tools-oi",
+                    "llm.model_name": "gpt-4o",
+                    "llm.input_messages.0.message.role": "system",
+                    "llm.input_messages.0.message.content": "Be brief.",
+                    "llm.input_messages.1.message.role": "user",
+                    "llm.input_messages.1.message.content": "Rome?",
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.content": "Sunny.",
+                    "llm.tools.0.tool.json_schema": json.dumps(oi_schema),
+                }
+            )
+    exporter_provider.force_flush()
+    genai, none, oi = (
+        Run.objects.get(project=project, run_id=r) for r in ("tools-genai", "tools-none", "tools-oi")
+    )
+    assert _tools_of(genai) == [expected]
+    assert _tools_of(oi) == [expected]
+    assert _tools_of(none) == [0]
+    # The turn page's bar has the part, with its tokens.
+    page = alice_client.get(genai.turn_url(1)).content.decode()
+    assert "tool schemas" in page and f"{expected}" in page

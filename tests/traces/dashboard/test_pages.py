@@ -12,6 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from traces.collab import sharing
 from traces.dashboard import rollups
 from traces.models import AuditLog, ModelPrice, Project, RollupDay, Run, Step
 
@@ -58,6 +59,59 @@ def test_the_read_api_gives_run_and_step_costs(samples: Project, api_client: Cli
     assert arcana["cost"]["cost_usd"] is None and arcana["cost"]["unpriced_models"] == ["mock-gpt"]
     prices = api_client.get(reverse("api-prices", kwargs={"project_id": samples.pk})).json()
     assert prices["defaults"]["gpt-4o-mini"]["as_of"] and prices["own"] == {}
+
+
+def test_the_runs_list_api_carries_tokens_and_cost(samples: Project, api_client: Client) -> None:
+    """`GET /api/v1/runs`: each run's tokens and cost as its detail gives them; null for a run whose
+    models have no price (its tokens named, never priced)."""
+    listed = {r["run_id"]: r for r in api_client.get("/api/v1/runs?limit=100").json()["results"]}
+    assert len(listed) == Run.objects.filter(project=samples).count()
+    for run_id in (OUR_RUN, PIN_RUN):
+        detail = api_client.get(_run(samples, run_id).api_url()).json()
+        row = listed[run_id]
+        for key in (
+            "prompt_tokens",
+            "completion_tokens",
+            "tokens",
+            "cost_usd",
+            "unpriced_tokens",
+            "unpriced_models",
+        ):
+            assert row[key] == detail[key], key
+        assert detail["cost_usd"] == detail["cost"]["cost_usd"]
+    assert listed[OUR_RUN]["cost_usd"] == pytest.approx(_expected(_run(samples, OUR_RUN)))
+    assert listed[PIN_RUN]["cost_usd"] is None and listed[PIN_RUN]["unpriced_models"] == ["mock-gpt"]
+    assert listed[PIN_RUN]["unpriced_tokens"] == listed[PIN_RUN]["tokens"] > 0
+    # A price set for the project shows at once.
+    ModelPrice.objects.create(project=samples, model="mock-gpt", input_per_million=1, output_per_million=2)
+    row = next(
+        r for r in api_client.get("/api/v1/runs?limit=100").json()["results"] if r["run_id"] == PIN_RUN
+    )
+    pin = _run(samples, PIN_RUN)
+    assert row["cost_usd"] == pytest.approx(
+        (pin.prompt_tokens * 1 + pin.completion_tokens * 2) / 1e6, rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("hide_content", [False, True])
+def test_share_link_pages_show_cost_as_the_teams_pages_do(
+    samples: Project, alice: Any, alice_client: Client, hide_content: bool
+) -> None:
+    ours, arcana = _run(samples, OUR_RUN), _run(samples, PIN_RUN)
+    for run in (ours, arcana):
+        _link, token = sharing.do_create_share_link(run, alice, hide_content=hide_content)
+        shared = Client().get(sharing.share_url(token)).content.decode()
+        team = alice_client.get(run.get_absolute_url()).content.decode()
+        badge = re.search(r'<span class="cost" data-cost>.*?</span></span>', team)
+        assert badge is not None and badge.group(0) in shared
+        assert ('id="ctx-band-title"' in team) == ('id="ctx-band-title"' in shared)
+    shared_turn = Client().get(sharing.share_url(token) + "/turns/1").content.decode()
+    team_turn = alice_client.get(arcana.turn_url(1)).content.decode()
+    assert shared_turn.count("data-step-cost") == team_turn.count("data-step-cost") > 0
+    assert "cost not priced (mock-gpt)" in shared_turn
+    _link, token = sharing.do_create_share_link(ours, alice, hide_content=hide_content)
+    shared_turn = Client().get(sharing.share_url(token) + "/turns/1").content.decode()
+    assert re.search(r"data-step-cost>cost \$", shared_turn)
 
 
 def test_admins_set_prices_audited_and_members_cannot(

@@ -75,14 +75,14 @@ def test_a_price_change_and_a_deleted_run_mark_their_days(project: Project) -> N
 def test_a_mark_made_during_a_refresh_survives_it(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     ingest_samples(project)
     day = rollups.marked_days(project.pk)[0]
-    real = rollups.compute_day
+    real = rollups.compute_rows
 
     def slow(project_id: int, d: dt.date, table: Any = None) -> Any:
         rows = real(project_id, d, table)
         rollups.mark_days(project_id, [d])  # a batch arrives while the day is computed
         return rows
 
-    monkeypatch.setattr(rollups, "compute_day", slow)
+    monkeypatch.setattr(rollups, "compute_rows", slow)
     rollups.refresh_day(project.pk, day)
     assert day in rollups.marked_days(project.pk)
 
