@@ -27,6 +27,10 @@ SUMMARY_WORDS = re.compile(
 )
 #: A summary's significant words must come at least this much from what it replaced.
 SUMMARY_OVERLAP = 0.5
+#: ... or this much when it says so in its opening (`DECLARED_CHARS`): a header such as "summary of
+#: the earlier conversation" before a model's own words (a summarizer rewords more than it quotes).
+DECLARED_OVERLAP = 0.25
+DECLARED_CHARS = 120
 #: A summary without a summary word has at least this many significant words.
 MIN_SUMMARY_WORDS = 12
 #: A summarizer's answer shorter than this (in skeleton characters) is not looked for.
@@ -208,10 +212,10 @@ def is_cut(x: Form, orig: Form) -> bool:
 
 
 def reads_as_summary(x: Form, cands: Sequence[Entry]) -> bool:
-    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands`, and does `x` say
-    it is a summary (a summary word) or read as one (`MIN_SUMMARY_WORDS` significant words or more,
-    standing for three candidates or more)? A short note that quotes one message (a pinned fact) is
-    no summary."""
+    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands` (`DECLARED_OVERLAP`
+    when a summary word opens it), and does `x` say it is a summary (a summary word) or read as one
+    (`MIN_SUMMARY_WORDS` significant words or more, standing for three candidates or more)? A short
+    note that quotes one message (a pinned fact) is no summary."""
     mine = x.wordset
     if not mine:
         return False
@@ -220,4 +224,5 @@ def reads_as_summary(x: Form, cands: Sequence[Entry]) -> bool:
     theirs: set[str] = set()
     for e in cands:
         theirs |= e.form.wordset
-    return len(mine & theirs) >= SUMMARY_OVERLAP * len(mine)
+    declared = SUMMARY_WORDS.search(x.text[:DECLARED_CHARS]) is not None
+    return len(mine & theirs) >= (DECLARED_OVERLAP if declared else SUMMARY_OVERLAP) * len(mine)
