@@ -241,6 +241,7 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_judge": {"queue": "agents"},  # judges (issue 36)
     "traces.tasks.sweep_judge_runs": {"queue": "agents"},
     "traces.tasks.judge_new_runs": {"queue": "agents"},
+    "traces.tasks.check_lost_instructions": {"queue": "agents"},  # lost instructions checked (issue 35)
     "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -22,9 +22,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.traces.bad_input_cases import good
+from tests.traces.instructions.helpers import NEVER, ingest_lost_run
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
+from traces.instructions.lost import instruction_key
 from traces.models import Conversation, Note, Project, Run, Score, ShareLink
 from traces.scores import actions as scores
 from traces.scores.api import BODY_LIMIT as SCORES_BODY_LIMIT
@@ -42,6 +44,7 @@ class World:
     link: ShareLink
     playground: Conversation
     score: Score
+    lost: Run  # a run that lost instructions (issue 35)
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def world(project: Project, alice: Any) -> World:
         project, alice, {"name": "walked", "kind": "numeric", "min_value": 1, "max_value": 5}
     )
     score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
-    return World(project, run, note, link, playground, score)
+    return World(project, run, note, link, playground, score, ingest_lost_run(project, "walked-lost"))
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -113,6 +116,11 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
         ("delete", "/api/v1/scores/{score_id}"): {},
+        ("post", "/api/v1/projects/{project_id}/runs/{run_id}/instruction-checks"): {
+            "model": "scripted/check-heuristic",
+            "agent": "",
+            "instructions": [instruction_key("", "system_prompt", NEVER)],
+        },
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -120,13 +128,14 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
+    run_id = w.lost.run_id if path.endswith("/instruction-checks") else w.run.run_id
     url = (
         path.replace("{conversation_id}", str(w.playground.pk))
         .replace("{note_id}", str(w.note.pk))
         .replace("{link_id}", str(w.link.pk))
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
-        .replace("{run_id}", w.run.run_id)
+        .replace("{run_id}", run_id)
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
