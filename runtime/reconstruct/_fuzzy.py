@@ -139,8 +139,11 @@ def _match_summaries_prompt_stubs(
     old_prompt: Entry | None,
 ) -> None:
     """Steps 4 (a summary by overlap with what it replaced), 5 (a changed system prompt) and 6 (a
-    stub) for what the cuts left."""
+    stub) for what the cuts left. Summaries are looked for first over the whole call, so a shorter
+    message placed before a summary (a new pin) cannot take, as a stub, the old summary the new one
+    replaced."""
     ctx, found, free = m.ctx, m.found, slots.free
+    rest: list[int] = []
     for i in pending:
         x = ctx[i]
         cands = [e for e in slots.candidates(i) if e is not old_prompt]
@@ -149,7 +152,10 @@ def _match_summaries_prompt_stubs(
             for e in cands:
                 free.discard(e)
             m.new_summaries.append((i, cands, None))
-            continue
+        else:
+            rest.append(i)
+    for i in rest:
+        x = ctx[i]
         # 5. System prompt.
         if i == 0 and x.role == "system" and old_prompt is not None and old_prompt in free:
             free.discard(old_prompt)
@@ -158,11 +164,11 @@ def _match_summaries_prompt_stubs(
             continue
         # 6. Stub.
         if i not in tail_new:
+            cands = [e for e in slots.candidates(i) if e is not old_prompt]
             old = next((e for e in cands if e.form.role == x.role and e.form.tokens > x.tokens), None)
             if old is not None:
                 found[i] = Present(old, "shortened", "stub", stub=True)
                 free.discard(old)
-                continue
 
 
 def _tail_new_input(ctx: Sequence[Form], last_anchor: int) -> set[int]:
