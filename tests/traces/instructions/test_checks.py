@@ -262,3 +262,17 @@ def test_bad_requests_are_400_in_the_one_error_shape(
     assert data["error"] == "invalid input"
     assert data["detail"][0]["field"] == field and message in data["detail"][0]["message"]
     assert not InstructionCheck.objects.exists()
+
+
+def test_deleting_the_run_deletes_its_checks(
+    lost_run: Run, api_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _queued_task(monkeypatch)
+    other = ingest_lost_run(lost_run.project, "kept-run")
+    for run in (lost_run, other):
+        r = api_client.post(_api(run), {"model": "scripted/check-heuristic"}, content_type="application/json")
+        assert r.status_code == 202
+    assert (
+        api_client.delete(f"/api/v1/projects/{lost_run.project_id}/runs/{lost_run.run_id}").status_code == 204
+    )
+    assert set(InstructionCheck.objects.values_list("run_id", flat=True)) == {"kept-run"}
