@@ -15,6 +15,7 @@ from tests.runtime.openai_server import OpenAIServer
 from tests.traces.instructions.helpers import FIX, LATE_ANSWER, NEVER, ingest_lost_run
 from traces import tasks
 from traces.instructions import actions, checking
+from traces.instructions.lost import instruction_key
 from traces.models import InstructionCheck, Project, Run
 
 API = "/api/v1/projects/{p}/runs/{r}/instruction-checks"
@@ -91,7 +92,7 @@ def test_the_scripted_checker_reads_a_contradiction_and_the_page_says_who_checke
     assert never.provider == "scripted" and never.model == "check-heuristic" and never.error == ""
     assert InstructionCheck.objects.get(instruction=FIX).verdict == "unclear"
     page = alice_client.get(url).content.decode()
-    assert "contradicts</strong> — checked by scripted/check-heuristic" in page
+    assert "contradicts</strong> — checked by scripted/check-heuristic" in page and "badge--warn" in page
     assert "unclear</strong> — checked by scripted/check-heuristic" in page
 
 
@@ -276,3 +277,15 @@ def test_deleting_the_run_deletes_its_checks(
         api_client.delete(f"/api/v1/projects/{lost_run.project_id}/runs/{lost_run.run_id}").status_code == 204
     )
     assert set(InstructionCheck.objects.values_list("run_id", flat=True)) == {"kept-run"}
+
+
+def test_the_models_words_are_escaped_on_the_page(lost_run: Run, alice_client: Client) -> None:
+    InstructionCheck.objects.create(
+        project=lost_run.project, run_id=lost_run.run_id, instruction_key=instruction_key("", "system_prompt", NEVER),
+        instruction=NEVER, source="system_prompt", lost_turn=2, lost_step=1, answer_turn=2, answer_step=1,
+        provider="scripted", model="<i>m</i>", status="done", verdict="consistent",
+        reasoning='<script>alert("x")</script>',
+    )  # fmt: skip
+    page = alice_client.get(f"/projects/{lost_run.project_id}/runs/{lost_run.run_id}").content.decode()
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page and "<script>alert" not in page
+    assert "checked by scripted/&lt;i&gt;m&lt;/i&gt;" in page
