@@ -119,10 +119,12 @@ def enforce_retention() -> dict[str, int]:
 )
 def check_lost_instructions(check_ids: list[int]) -> dict[str, int]:
     """Ask each queued check's model whether the answer contradicts the lost instruction
-    (`traces.instructions.actions.do_check_lost_instruction`). Safe to deliver twice: only a row
-    still queued is written."""
-    done: dict[str, int] = {}
-    for check_id in check_ids:
-        status = instruction_checks.do_check_lost_instruction(int(check_id))
-        done[status] = done.get(status, 0) + 1
-    return done
+    (`traces.instructions.actions.run_checks`). Safe to deliver twice: only a row still queued is
+    written."""
+    return instruction_checks.run_checks(check_ids)
+
+
+@shared_task(name="traces.tasks.sweep_instruction_checks", ignore_result=True)
+def sweep_instruction_checks() -> dict[str, int]:
+    """Periodic (Celery beat): send again the checks whose task was lost, fail the hopeless ones."""
+    return instruction_checks.sweep_checks()

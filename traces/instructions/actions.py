@@ -4,18 +4,21 @@
 `instructions` by key); `do_check_lost_instructions` queues one `InstructionCheck` per instruction
 and sends `traces.tasks.check_lost_instructions` once the transaction commits;
 `do_check_lost_instruction` is the task's side: ask the model, write its verdict or the error.
-A check whose answer arrives twice (a redelivered task) writes once: only a `queued` row is written.
+A check whose answer arrives twice (a redelivered task) writes once: only a `queued` row is written;
+`sweep_checks` (a beat task) sends again the checks whose task was lost.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from runtime.errors import ProviderError
@@ -129,6 +132,7 @@ def do_check_lost_instructions(run: Run, actor: Any, req: CheckRequest) -> list[
                 model=req.model,
                 requested_by=user,
                 created_at=now,
+                sent_at=now,
             )
             if step is None:
                 row.status = InstructionCheck.Status.FAILED
@@ -171,3 +175,37 @@ def do_check_lost_instruction(check_id: int) -> str:
         **fields
     )
     return str(fields["status"]) if written else "skipped"
+
+
+def run_checks(check_ids: list[int]) -> dict[str, int]:
+    """The task's side: each check in turn (`do_check_lost_instruction`). Before each, the checks not
+    done yet are marked as just sent, so the sweeper leaves a long task's later checks alone."""
+    done: dict[str, int] = {}
+    ids = [int(i) for i in check_ids]
+    for n, check_id in enumerate(ids):
+        InstructionCheck.objects.filter(pk__in=ids[n:], status=InstructionCheck.Status.QUEUED).update(
+            sent_at=timezone.now()
+        )
+        status = do_check_lost_instruction(check_id)
+        done[status] = done.get(status, 0) + 1
+    return done
+
+
+def sweep_checks() -> dict[str, int]:
+    """Send again the checks still queued 5 leases after their task was sent (the broker lost it, or
+    no worker took it); after `ARCANA_CONVERSATION_MAX_ATTEMPTS` sends, fail them saying so. A check
+    a worker is still doing when it is sent again is written once (only a queued row is written)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=5 * int(settings.ARCANA_CONVERSATION_LEASE_SECONDS))
+    queued = InstructionCheck.objects.filter(status=InstructionCheck.Status.QUEUED, sent_at__lt=stale)
+    limit = int(settings.ARCANA_CONVERSATION_MAX_ATTEMPTS)
+    failed = queued.filter(sends__gte=limit).update(
+        status=InstructionCheck.Status.FAILED,
+        error=f"no worker took this check after {limit} sends",
+        finished_at=now,
+    )
+    ids = list(queued.filter(sends__lt=limit).values_list("pk", flat=True)[:1000])
+    if ids:
+        InstructionCheck.objects.filter(pk__in=ids).update(sent_at=now, sends=F("sends") + 1)
+        current_app.send_task(TASK, (ids,), queue=str(settings.ARCANA_AGENTS_QUEUE), ignore_result=True)
+    return {"resent": len(ids), "failed": failed}

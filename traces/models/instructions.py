@@ -55,11 +55,18 @@ class InstructionCheck(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # When its task was last sent, and how often: the sweeper sends a check again whose task the
+    # broker lost (`traces.instructions.actions.sweep_checks`).
+    sent_at = models.DateTimeField(default=timezone.now)
+    sends = models.PositiveIntegerField(default=1)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["project", "run_id", "agent"], name="instrcheck_run_idx")]
+        indexes = [
+            models.Index(fields=["project", "run_id", "agent"], name="instrcheck_run_idx"),
+            models.Index(fields=["status", "sent_at"], name="instrcheck_status_sent_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id} · {self.instruction[:40]} ({self.verdict or self.status})"

@@ -289,3 +289,30 @@ def test_the_models_words_are_escaped_on_the_page(lost_run: Run, alice_client: C
     page = alice_client.get(f"/projects/{lost_run.project_id}/runs/{lost_run.run_id}").content.decode()
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page and "<script>alert" not in page
     assert "checked by scripted/&lt;i&gt;m&lt;/i&gt;" in page
+
+
+def test_the_sweeper_sends_again_a_check_whose_task_was_lost_then_gives_up(
+    lost_run: Run, api_client: Client, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.ARCANA_CONVERSATION_LEASE_SECONDS = 10
+    settings.ARCANA_CONVERSATION_MAX_ATTEMPTS = 2
+    sent = _queued_task(monkeypatch)
+    r = api_client.post(
+        _api(lost_run), {"model": "scripted/check-heuristic"}, content_type="application/json"
+    )
+    ids = [c["id"] for c in r.json()["checks"]]
+    assert actions.sweep_checks() == {"resent": 0, "failed": 0}  # sent just now: left alone
+    InstructionCheck.objects.update(sent_at=timezone.now() - timedelta(seconds=51))
+    assert actions.sweep_checks() == {"resent": 2, "failed": 0}
+    assert sent[-1][0] == "traces.tasks.check_lost_instructions" and sorted(sent[-1][1][0]) == sorted(ids)
+    assert set(InstructionCheck.objects.values_list("sends", flat=True)) == {2}
+    InstructionCheck.objects.update(sent_at=timezone.now() - timedelta(seconds=51))
+    assert actions.sweep_checks() == {"resent": 0, "failed": 2}
+    assert set(InstructionCheck.objects.values_list("status", "error")) == {
+        ("failed", "no worker took this check after 2 sends")
+    }
+    assert tasks.check_lost_instructions(ids) == {"skipped": 2}  # a late delivery writes nothing
