@@ -241,6 +241,8 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_judge": {"queue": "agents"},  # judges (issue 36)
     "traces.tasks.sweep_judge_runs": {"queue": "agents"},
     "traces.tasks.judge_new_runs": {"queue": "agents"},
+    "traces.tasks.check_lost_instructions": {"queue": "agents"},  # lost instructions checked (issue 35)
+    "traces.tasks.sweep_instruction_checks": {"queue": "agents"},
     "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -366,6 +368,13 @@ CELERY_BEAT_SCHEDULE["sweep-judge-runs"] = {
 # Judges that watch new runs get their new finished runs (issue 36), as often as the sweeper runs.
 CELERY_BEAT_SCHEDULE["judge-new-runs"] = {
     "task": "traces.tasks.judge_new_runs",
+    "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
+    "options": {"queue": ARCANA_AGENTS_QUEUE},
+}
+
+# Checks of lost instructions whose task was lost are sent again (issue 35), as often as the sweeper runs.
+CELERY_BEAT_SCHEDULE["sweep-instruction-checks"] = {
+    "task": "traces.tasks.sweep_instruction_checks",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
     "options": {"queue": ARCANA_AGENTS_QUEUE},
 }

@@ -2,15 +2,21 @@
 
     .venv/bin/python bench/reconstruct_agreement.py [--turns 30] [-v]
 
-1. Plays runs of our runtime with the offline `ScriptedProvider` behind a recording wrapper that
-   keeps the exact messages each provider call received and the message it answered: the demo chat
-   (`runtime.demo`: pin, tail_preserve compression, recall, unpin, a tool) and generated runs of
-   `--turns` turns (a question, a `fetch_logs` tool call with a long result, an answer; a `pin` every
-   5th turn, a `recall` of turn 1 every 7th) under each strategy forced (`tail_preserve`: fidelity
-   levels and drops; `aggressive_truncate`: drops; `llm_summarize`: summaries from a summarizer call)
-   and chosen by demand (`auto`), in a small window so that the builder really compresses.
-2. Converts each call to the parts form (what an OTLP export without `arcana.*` attributes carries)
-   and reconstructs the run (`reconstruct`).
+1. Plays runs of our runtime with the offline `ScriptedProvider` and two trace sinks: the recorded
+   events (the truth) and `OtlpExportSink` (prompt snapshots on), whose SDK exporter is wrapped in
+   `StripArcana`: every `arcana.*` attribute and `arcana.event` span event is removed before the
+   spans are encoded as the OTLP/HTTP exporter's protobuf body (`ProtobufBodies`; the test sends
+   them to a loopback collector with the SDK's `OTLPSpanExporter`). What is left is what any other
+   agent's spans carry: the GenAI messages, model and usage, no decision, no summarizer call (ours
+   rides on an `arcana.event`). Runs: the demo chat (`runtime.demo`: pin, tail_preserve
+   compression, recall, unpin, a tool) and generated runs of `--turns` turns (a question, a
+   `fetch_logs` tool call with a long result, an answer; a `pin` every 5th turn, a `recall` of
+   turn 1 every 7th) under each strategy forced (`tail_preserve`: fidelity levels and drops;
+   `aggressive_truncate`: drops; `llm_summarize`: summaries from a summarizer call) and chosen by
+   demand (`auto`), in a small window so that the builder really compresses.
+2. Decodes the bodies with `runtime.otlp` (`decode_request`, `normalize_span`, `group_runs`,
+   `assemble_run`) and reconstructs the run as the server does for spans without a recorded
+   decision (`runtime.otlp._reconstructed.reconstruction`).
 3. Maps each message of the session's history to its reconstructed message by content digest, and
    compares, call by call, the reconstructed status with the class the recorded decisions imply:
    recorded dropped → dropped, summarized → summarized; sent (kept or compressed) → restored when the
@@ -28,14 +34,27 @@ import asyncio
 import copy
 import sys
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime import CallableSink, ContextStrategy, Runtime, RuntimeConfig, ScriptedProvider  # noqa: E402
-from runtime._provider_types import ProviderResponse  # noqa: E402
+from runtime import (  # noqa: E402
+    CallableSink,
+    ContextStrategy,
+    OtlpExportSink,
+    Runtime,
+    RuntimeConfig,
+    ScriptedProvider,
+)
+from runtime._otlp_sink import message_parts  # noqa: E402
 from runtime.demo import (  # noqa: E402
     CHAT_PIN_ID,
     CHAT_TURNS,
@@ -44,57 +63,79 @@ from runtime.demo import (  # noqa: E402
     _chat_script,
     get_forecast,
 )
-from runtime.reconstruct import Message, reconstruct  # noqa: E402
+from runtime.otlp import assemble_run, decode_request, group_runs, normalize_span  # noqa: E402
+from runtime.otlp._reconstructed import reconstruction  # noqa: E402
+from runtime.reconstruct import Message, Reconstruction  # noqa: E402
 from runtime.reconstruct._forms import FormTable  # noqa: E402
 
 CLASSES = ("kept", "shortened", "summarized", "dropped", "restored", "new")
-SUMMARIZER_SYSTEM = "You are a conversation summarizer. Be concise."
 
 
-class Recording:
-    """A provider that passes every call to `inner` and keeps (messages received, answer)."""
+class StripArcana(SpanExporter):
+    """An SDK span exporter that passes every span to `inner` without our `arcana.*` attributes and
+    without the `arcana.event` span events (a summarizer's call rides on one): what any other agent's
+    spans carry — the GenAI messages, model, usage — and no recorded decision."""
 
-    def __init__(self, inner: ScriptedProvider) -> None:
+    def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.model = inner.model
-        self.calls: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
 
-    async def complete(self, messages: list[dict[str, Any]], **kwargs: Any) -> ProviderResponse:
-        resp = await self.inner.complete(messages, **kwargs)
-        self.calls.append((copy.deepcopy(messages), resp.assistant_message()))
-        return resp
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export([strip_arcana(s) for s in spans])
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
 
 
-def to_parts(msg: dict[str, Any]) -> dict[str, Any]:
-    """A Chat Completions message in the OTel GenAI parts form."""
-    role, content = msg["role"], msg.get("content")
-    if isinstance(content, list):
-        texts = [str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    else:
-        texts = [content] if content else []
-    if role == "tool":
-        return {
-            "role": "tool",
-            "parts": [
-                {"type": "tool_call_response", "id": msg.get("tool_call_id"), "result": "\n".join(texts)}
-            ],
-        }
-    parts: list[dict[str, Any]] = [{"type": "text", "content": t} for t in texts]
-    for tc in msg.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        parts.append(
-            {
-                "type": "tool_call",
-                "id": tc.get("id"),
-                "name": fn.get("name"),
-                "arguments": fn.get("arguments"),
-            }
-        )
-    return {"role": role, "parts": parts}
+def strip_arcana(span: ReadableSpan) -> ReadableSpan:
+    attributes = {k: v for k, v in (span.attributes or {}).items() if not k.startswith("arcana.")}
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=[e for e in span.events if not e.name.startswith("arcana.")],
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+class ProtobufBodies(SpanExporter):
+    """Encodes each export as the OTLP/HTTP exporter's body (`ExportTraceServiceRequest`, protobuf)
+    and keeps the bodies: the collector's side of the wire, without a socket."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.bodies.append(encode_spans(spans).SerializeToString())
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def read_back(bodies: list[bytes]) -> Reconstruction:
+    """The bodies decoded and normalized by `runtime.otlp` (as the server's `/v1/traces`), the run
+    assembled and reconstructed exactly as the server does for spans without a recorded decision."""
+    spans = []
+    for body in bodies:
+        decoded = decode_request(body, "application/x-protobuf")
+        assert not decoded.rejections, decoded.rejections
+        spans.extend(normalize_span(s) for s in decoded.spans)
+    assert all(not s["arcana"] for s in spans), "an arcana.* attribute survived the export"
+    runs = group_runs(spans)
+    assert len(runs) == 1, list(runs)
+    rec = reconstruction(assemble_run(next(iter(runs.values()))))
+    assert rec is not None, "no call carries its input messages"
+    return rec
 
 
 def fetch_logs(n: int) -> str:
@@ -148,10 +189,16 @@ async def play(
     config: RuntimeConfig,
     tools: list[Any],
     pin_id: str | None = None,
-) -> tuple[Recording, list[dict[str, Any]], list[dict[str, Any]]]:
-    rec = Recording(provider)
+    *,
+    inner: SpanExporter,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Plays the run with two sinks: the recorded events (the truth) and `OtlpExportSink` exporting
+    through `StripArcana` to `inner` (what is measured). Returns the events and the final history."""
+    otlp = OtlpExportSink(exporter=StripArcana(inner), batch=False)
     events: list[dict[str, Any]] = []
-    rt = Runtime({provider.name: rec}, config=config, tools=tools, trace_sinks=[CallableSink(events.append)])  # type: ignore[dict-item]
+    rt = Runtime(
+        {provider.name: provider}, config=config, tools=tools, trace_sinks=[CallableSink(events.append), otlp]
+    )
     async with rt.chat(system=system) as chat:
         if pin_id:
             ids = [pin_id]
@@ -160,36 +207,26 @@ async def play(
             await chat.send(q)
         history = copy.deepcopy(chat.history)
     await rt.aclose()
-    return rec, events, history
+    otlp.close()
+    return events, history
 
 
 def compare(
-    rec: Recording, events: list[dict[str, Any]], history: list[dict[str, Any]]
+    bodies: list[bytes], events: list[dict[str, Any]], history: list[dict[str, Any]]
 ) -> tuple[Counter[str], Counter[str], list[str]]:
-    calls = []
-    for k, (messages, answer) in enumerate(rec.calls):
-        summarizer = bool(messages) and messages[0].get("content") == SUMMARIZER_SYSTEM
-        calls.append(
-            {
-                "id": f"call{k}",
-                "input_messages": [to_parts(m) for m in messages],
-                "output_messages": [to_parts(answer)],
-                "agent": "summarizer" if summarizer else None,
-            }
-        )
-    r = reconstruct(calls)
-    main = [c for c in r.calls if c.kind == "turn" and c.agent is None]
+    r = read_back(bodies)
+    main = [c for c in r.calls if c.kind == "turn"]
     decisions = [e["metadata"]["context_decision"] for e in events if e["event_type"] == "context_decision"]
     assert len(main) == len(decisions), (len(main), len(decisions))
     # History message → reconstructed message id, by content digest, in order.
     table = FormTable(len)
     by_digest: dict[str, list[str]] = {}
     for m in r.messages:
-        if m.agent is None and m.origin != "summary":
+        if m.origin != "summary":
             by_digest.setdefault(m.digest, []).append(m.message_id)
     ids: list[str | None] = []
     for h in history:
-        found = by_digest.get(table.form_of(Message.from_dict(to_parts(h))).digest)
+        found = by_digest.get(table.form_of(Message.from_dict(message_parts(h))).digest)
         ids.append(found.pop(0) if found else None)
     expected_n: Counter[str] = Counter()
     agree: Counter[str] = Counter()
@@ -226,19 +263,22 @@ def compare(
     return expected_n, agree, notes
 
 
-def runs(turns: int) -> list[tuple[str, Any]]:
+def runs(turns: int) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
+    """Each run's name and its `play` waiting for `inner=` (the exporter behind `StripArcana`)."""
     out: list[tuple[str, Any]] = []
     demo_config = RuntimeConfig(
         context_window=CONTEXT_WINDOW,
         response_reserve=300,
         context_strategy=ContextStrategy(tail_preserve_below=1.0, llm_summarize_below=1.0, keep_recent=3),
         trace_dir=None,
+        trace_include_prompt_snapshots=True,
         cognitive_primitives=["recall", "pin"],
     )
     out.append(
         (
             "demo chat",
-            play(
+            partial(
+                play,
                 ScriptedProvider(_chat_script(), name="atlas"),
                 SYSTEM,
                 [text for text, _ in CHAT_TURNS],
@@ -266,13 +306,15 @@ def runs(turns: int) -> list[tuple[str, Any]]:
             response_reserve=300,
             context_strategy=strategy,
             trace_dir=None,
+            trace_include_prompt_snapshots=True,
             cognitive_primitives=["recall", "pin"],
             pin_budget_fraction=0.2,
         )
         out.append(
             (
                 f"{turns} turns, {force or 'auto'}",
-                play(
+                partial(
+                    play,
                     ScriptedProvider(steps, name="scripted"),
                     "You are a deployment assistant. Never guess.",
                     questions,
@@ -288,9 +330,10 @@ async def main_async(turns: int, verbose: bool) -> int:
     total_n: Counter[str] = Counter()
     total_ok: Counter[str] = Counter()
     print(f"{'run':<28} " + " ".join(f"{c:>16}" for c in CLASSES))
-    for name, coro in runs(turns):
-        rec, events, history = await coro
-        n, ok, notes = compare(rec, events, history)
+    for name, make in runs(turns):
+        bodies = ProtobufBodies()
+        events, history = await make(inner=bodies)
+        n, ok, notes = compare(bodies.bodies, events, history)
         total_n.update(n)
         total_ok.update(ok)
         print(f"{name:<28} " + " ".join(f"{_cell(ok[c], n[c]):>16}" for c in CLASSES))

@@ -13,6 +13,7 @@ from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
 from traces.dashboard import api as api_dashboard
 from traces.ingest import api as ingest_api
+from traces.instructions import api as api_instructions
 from traces.otlp.api import OtlpTracesView
 from traces.runs import api
 from traces.scores import api as api_scores
@@ -34,6 +35,12 @@ urlpatterns = [
     path(RUN, api.RunDetailView.as_view(), name="api-run"),
     path(f"{RUN}/turns/<id:number>", api.TurnDetailView.as_view(), name="api-turn"),
     path(f"{RUN}/events", api.EventListView.as_view(), name="api-events"),
+    # Lost instructions checked by a model (issue 35; traces/instructions/api.py)
+    path(
+        f"{RUN}/instruction-checks",
+        api_instructions.InstructionChecksView.as_view(),
+        name="api-instruction-checks",
+    ),
     path("runs/<run_id:run_id>", api.LegacyRunView.as_view(), name="api-legacy-run"),
     path("runs/<run_id:run_id>/turns/<id:number>", api.LegacyRunView.as_view(), name="api-legacy-turn"),
     path("runs/<run_id:run_id>/events", api.LegacyRunView.as_view(), name="api-legacy-events"),

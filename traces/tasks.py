@@ -9,6 +9,7 @@ from celery import shared_task
 
 from traces import conversations
 from traces.ingest import uploads
+from traces.instructions import actions as instruction_checks
 from traces.models import Project
 from traces.scores import judges
 from traces.scores import worker as judge_worker
@@ -107,3 +108,23 @@ def enforce_retention() -> dict[str, int]:
     """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per
     project (`traces.teams.actions.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
     return {"deleted": teams.do_enforce_retention()}
+
+
+# Lost instructions checked by a model (issue 35): on the `agents` queue, like judges.
+@shared_task(
+    name="traces.tasks.check_lost_instructions",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def check_lost_instructions(check_ids: list[int]) -> dict[str, int]:
+    """Ask each queued check's model whether the answer contradicts the lost instruction
+    (`traces.instructions.actions.run_checks`). Safe to deliver twice: only a row still queued is
+    written."""
+    return instruction_checks.run_checks(check_ids)
+
+
+@shared_task(name="traces.tasks.sweep_instruction_checks", ignore_result=True)
+def sweep_instruction_checks() -> dict[str, int]:
+    """Periodic (Celery beat): send again the checks whose task was lost, fail the hopeless ones."""
+    return instruction_checks.sweep_checks()

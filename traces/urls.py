@@ -15,6 +15,7 @@ from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
 from traces.dashboard import views as views_dashboard
 from traces.ingest import views as ingest_views
+from traces.instructions import views as views_instructions
 from traces.runs import views
 from traces.scores import views as views_scores
 from traces.scores import views_judges, views_queues
@@ -31,6 +32,11 @@ urlpatterns = [
     path("projects/<id:project_id>/runs/<run_id:run_id>/labels", views.run_labels, name="run_labels"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/fidelity", views.run_fidelity, name="run_fidelity"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>", views.turn, name="turn"),
+    path(
+        "projects/<id:project_id>/runs/<run_id:run_id>/instruction-checks",
+        views_instructions.check_instructions,
+        name="instruction_checks",
+    ),
     path(
         "projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>/live",
         views.turn_live,

@@ -27,6 +27,10 @@ SUMMARY_WORDS = re.compile(
 )
 #: A summary's significant words must come at least this much from what it replaced.
 SUMMARY_OVERLAP = 0.5
+#: ... or this much when it says so in its opening (`DECLARED_CHARS`): a header such as "summary of
+#: the earlier conversation" before a model's own words (a summarizer rewords more than it quotes).
+DECLARED_OVERLAP = 0.25
+DECLARED_CHARS = 120
 #: A summary without a summary word has at least this many significant words.
 MIN_SUMMARY_WORDS = 12
 #: A summarizer's answer shorter than this (in skeleton characters) is not looked for.
@@ -135,8 +139,11 @@ def _match_summaries_prompt_stubs(
     old_prompt: Entry | None,
 ) -> None:
     """Steps 4 (a summary by overlap with what it replaced), 5 (a changed system prompt) and 6 (a
-    stub) for what the cuts left."""
+    stub) for what the cuts left. Summaries are looked for first over the whole call, so a shorter
+    message placed before a summary (a new pin) cannot take, as a stub, the old summary the new one
+    replaced."""
     ctx, found, free = m.ctx, m.found, slots.free
+    rest: list[int] = []
     for i in pending:
         x = ctx[i]
         cands = [e for e in slots.candidates(i) if e is not old_prompt]
@@ -145,7 +152,10 @@ def _match_summaries_prompt_stubs(
             for e in cands:
                 free.discard(e)
             m.new_summaries.append((i, cands, None))
-            continue
+        else:
+            rest.append(i)
+    for i in rest:
+        x = ctx[i]
         # 5. System prompt.
         if i == 0 and x.role == "system" and old_prompt is not None and old_prompt in free:
             free.discard(old_prompt)
@@ -154,11 +164,11 @@ def _match_summaries_prompt_stubs(
             continue
         # 6. Stub.
         if i not in tail_new:
+            cands = [e for e in slots.candidates(i) if e is not old_prompt]
             old = next((e for e in cands if e.form.role == x.role and e.form.tokens > x.tokens), None)
             if old is not None:
                 found[i] = Present(old, "shortened", "stub", stub=True)
                 free.discard(old)
-                continue
 
 
 def _tail_new_input(ctx: Sequence[Form], last_anchor: int) -> set[int]:
@@ -208,10 +218,10 @@ def is_cut(x: Form, orig: Form) -> bool:
 
 
 def reads_as_summary(x: Form, cands: Sequence[Entry]) -> bool:
-    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands`, and does `x` say
-    it is a summary (a summary word) or read as one (`MIN_SUMMARY_WORDS` significant words or more,
-    standing for three candidates or more)? A short note that quotes one message (a pinned fact) is
-    no summary."""
+    """Do at least `SUMMARY_OVERLAP` of `x`'s significant words come from `cands` (`DECLARED_OVERLAP`
+    when a summary word opens it), and does `x` say it is a summary (a summary word) or read as one
+    (`MIN_SUMMARY_WORDS` significant words or more, standing for three candidates or more)? A short
+    note that quotes one message (a pinned fact) is no summary."""
     mine = x.wordset
     if not mine:
         return False
@@ -220,4 +230,5 @@ def reads_as_summary(x: Form, cands: Sequence[Entry]) -> bool:
     theirs: set[str] = set()
     for e in cands:
         theirs |= e.form.wordset
-    return len(mine & theirs) >= SUMMARY_OVERLAP * len(mine)
+    declared = SUMMARY_WORDS.search(x.text[:DECLARED_CHARS]) is not None
+    return len(mine & theirs) >= (DECLARED_OVERLAP if declared else SUMMARY_OVERLAP) * len(mine)

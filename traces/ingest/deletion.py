@@ -9,7 +9,17 @@ from __future__ import annotations
 from django.db import transaction
 
 from traces.dashboard import rollups
-from traces.models import ContextDecision, Event, Pin, PrimitiveEvent, Project, Run, Step, Turn
+from traces.models import (
+    ContextDecision,
+    Event,
+    InstructionCheck,
+    Pin,
+    PrimitiveEvent,
+    Project,
+    Run,
+    Step,
+    Turn,
+)
 
 # Children before parents. `_raw_delete` is one DELETE per table without Django's collector (which
 # would load every primary key first); safe because nothing else points at these rows and they have no
@@ -29,6 +39,8 @@ def do_delete_run(run: Run) -> None:
         for model in _PROJECTIONS:
             qs = model.objects.filter(run_id=run.pk)
             qs._raw_delete(qs.db)
+        # The model checks of its lost instructions quote its text (the instruction, the answer).
+        InstructionCheck.objects.filter(project_id=run.project_id, run_id=run.run_id).delete()
         locked.delete()
         rollups.mark_runs(run.project_id, [locked])  # the dashboard's day of the run
 

@@ -14,7 +14,8 @@ context decisions, pins, primitive calls), `collab` (share links, notes), `files
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
 spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
 address, review queues, judges and their runs), `dashboard` (a project's model prices, the
-dashboard's per-day rollups and the days marked for a new one). Import every name from
+dashboard's per-day rollups and the days marked for a new one), `instructions` (a model's verdict on
+whether a later answer contradicts a lost instruction). Import every name from
 `traces.models`.
 """
 
@@ -40,6 +41,7 @@ from traces.models.files import (
     Upload,
     WorkerHeartbeat,
 )
+from traces.models.instructions import InstructionCheck
 from traces.models.otlp import Span
 from traces.models.projection import (
     EMPTY_MESSAGE_TABLE,
@@ -104,6 +106,7 @@ __all__ = [
     "EMPTY_MESSAGE_TABLE",
     "Event",
     "INVITE_PREFIX",
+    "InstructionCheck",
     "Invite",
     "KEY_PREFIX",
     "LoginFailure",

@@ -20,6 +20,7 @@ from traces.collab import notes, sharing
 from traces.core import access
 from traces.dashboard import band, prices
 from traces.dashboard import pages as dashboard_pages
+from traces.instructions.views import instruction_panel_ctx
 from traces.models import (
     Action,
     Conversation,
@@ -132,6 +133,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     # Compactions and lost instructions: trace text, so on the team's page only (a share link's page
     # shows the fidelity map, which marks every drop).
     ctx["changes"] = queries.context_changes(run, agent)
+    ctx.update(instruction_panel_ctx(run, agent, membership, ctx["changes"]))  # their model checks (issue 35)
     ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
     ctx["band"] = band.cached_run_band(run, agent)  # issue 37: what filled the context, over the run
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does

@@ -558,3 +558,61 @@ def test_a_summarizer_call_of_the_same_agent_is_kept_out_of_its_history() -> Non
     assert r.call("s1").kind == "summarizer" and r.call("c3").previous_call_id == "c2"
     assert r.compactions[0].summarizer_call_id == "s1"
     assert [s.status for s in r.call("c3").states] == ["kept"] + ["summarized"] * 4 + ["summary", "new"]
+
+
+def test_a_summary_that_says_so_in_its_opening_needs_less_overlap() -> None:
+    # A model's own words under a header: about a third of them come from what it replaced.
+    body = (
+        "The travellers want Lisbon in May for two: TAP flights, lodging in Alfama, Sintra by train; "
+        "they weigh calm evenings, budgets, weather forecasts and insurance options."
+    )
+    headed = system("[Earlier conversation — summary of 4 messages] " + body)
+    grown = [call("c1", [S, U1], [A1]), call("c2", [S, U1, A1, U2], [A2])]
+    r = reconstruct([*grown, call("c3", [S, headed, U3])])
+    assert view(r.call("c3")) == [
+        ("m1", "kept", 0),
+        ("m2", "summarized", None),
+        ("m3", "summarized", None),
+        ("m4", "summarized", None),
+        ("m5", "summarized", None),
+        ("m6", "summary", 1),
+        ("m7", "new", 2),
+    ]
+    # The same words without the header: not enough of them came from the conversation.
+    r = reconstruct([*grown, call("c3", [S, system(body), U3])])
+    assert [s.status for s in r.call("c3").states] == [
+        "kept",
+        "dropped",
+        "dropped",
+        "dropped",
+        "dropped",
+        "new",
+        "new",
+    ]
+
+
+def test_a_new_pin_before_a_new_summary_does_not_take_the_old_summary_as_its_stub() -> None:
+    old = system("[Earlier conversation — summary] Plan: fly TAP from Paris, stay in Alfama, visit Belem.")
+    new = system(
+        "[Earlier conversation — summary] Plan: fly TAP from Paris, stay in Alfama, visit Belem; Sintra "
+        "by train from Rossio."
+    )
+    pin = system("[pinned p_1a2b3c4d · d] Alfama.")
+    calls = [
+        call("c1", [S, U1], [A1]),
+        call("c2", [S, U1, A1, U2], [A2]),
+        call("c3", [S, old, U2, A2, U3], [A3]),  # U1, A1 summarized into `old`
+        call("c4", [S, pin, new, U3, A3, U4]),  # U2, A2 and `old` summarized into `new`; a new pin
+    ]
+    r = reconstruct(calls)
+    c4 = {s.message_id: (s.status, s.summary_id) for s in r.call("c4").states}
+    ids = {m.text: m.message_id for m in r.messages}
+    new_id, old_id, pin_id = (
+        ids[new["parts"][0]["content"]],
+        ids[old["parts"][0]["content"]],
+        ids[pin["parts"][0]["content"]],
+    )
+    assert c4[new_id] == ("summary", None)
+    assert c4[old_id] == ("summarized", new_id)
+    assert c4[pin_id] == ("new", None)
+    assert all(c4[ids[m["parts"][0]["content"]]] == ("summarized", new_id) for m in (U1, A1, U2, A2))

@@ -29,6 +29,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from tests.traces.instructions.helpers import ingest_lost_run
 from tests.traces.views_helpers import OUR_RUN, OURS, envelope, ingest_file
 from traces.collab import sharing
 from traces.ingest import ingest_events
@@ -327,6 +328,15 @@ def api_judge_body(w: World) -> dict[str, Any]:
             "config": str(score_config(w).pk)}  # fmt: skip
 
 
+def lost_run_kw(w: World) -> dict[str, Any]:
+    """A run that lost instructions (issue 35): its checks are queued on commit (never, in this test)."""
+    if not Run.objects.filter(project=w.project, run_id="access-lost").exists():
+        ingest_lost_run(w.project, "access-lost")
+    return {"project_id": w.project.pk, "run_id": "access-lost"}
+
+
+CHECK = {"model": "scripted/check-heuristic"}
+
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
 SHARED = E(anon=200, outsider=200, viewer=200, member=200, admin=200, owner=200, share=200)
@@ -357,6 +367,10 @@ TABLE: dict[str, list[Case]] = {
     ],
     "projects/<project_id>/runs/<run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
     "projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, PAGE_READ)],
+    # Lost instructions checked by a model (issue 35): members start checks; viewers read verdicts.
+    "projects/<project_id>/runs/<run_id>/instruction-checks": [
+        Case("POST", lost_run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: CHECK),
+    ],
     "projects/<project_id>/runs/<run_id>/turns/<number>/live": [Case("GET", turn_kw, PAGE_READ)],
     "runs/<run_id>": [
         Case(
@@ -721,6 +735,10 @@ TABLE: dict[str, list[Case]] = {
     ],  # fmt: skip
     "api/v1/projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, API_READ)],
     "api/v1/projects/<project_id>/runs/<run_id>/events": [Case("GET", run_kw, API_READ)],
+    "api/v1/projects/<project_id>/runs/<run_id>/instruction-checks": [
+        Case("GET", lost_run_kw, API_READ),
+        Case("POST", lost_run_kw, E(401, 404, 403, 202, 202, 202), data=lambda w: CHECK, json=True),
+    ],
     "api/v1/runs/<run_id>": [
         Case("GET", lambda w: {"run_id": w.run.run_id}, E(401, 404, 302, 302, 302, 302)),
     ],

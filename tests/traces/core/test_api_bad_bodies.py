@@ -24,9 +24,11 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.traces.bad_input_cases import good
+from tests.traces.instructions.helpers import NEVER, ingest_lost_run
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
+from traces.instructions.lost import instruction_key
 from traces.models import (
     Conversation,
     Judge,
@@ -60,6 +62,7 @@ class World:
     judge: Judge
     judge_run: JudgeRun
     spare: dict[str, int]  # a queue and a judge the DELETE routes remove (the others need theirs)
+    lost: Run  # a run that lost instructions (issue 35)
 
 
 @pytest.fixture
@@ -90,7 +93,20 @@ def world(project: Project, alice: Any) -> World:
         judge=judge, project=project, provider=judge.provider, model=judge.model, prompt=judge.prompt
     )
     spare = {"queue": spare_queue.pk, "judge": spare_judge.pk}
-    return World(project, run, note, link, playground, score, queue, item, judge, jr, spare)
+    return World(
+        project,
+        run,
+        note,
+        link,
+        playground,
+        score,
+        queue,
+        item,
+        judge,
+        jr,
+        spare,
+        ingest_lost_run(project, "walked-lost"),
+    )
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -187,6 +203,11 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
             "cached_input_per_million": None,
         },
         ("delete", "/api/v1/projects/{project_id}/prices/{model}"): {},
+        ("post", "/api/v1/projects/{project_id}/runs/{run_id}/instruction-checks"): {
+            "model": "scripted/check-heuristic",
+            "agent": "",
+            "instructions": [instruction_key("", "system_prompt", NEVER)],
+        },
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -194,13 +215,14 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
+    run_id = w.lost.run_id if path.endswith("/instruction-checks") else w.run.run_id
     url = (
         path.replace("{conversation_id}", str(w.playground.pk))
         .replace("{note_id}", str(w.note.pk))
         .replace("{link_id}", str(w.link.pk))
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
-        .replace("{run_id}", w.run.run_id)
+        .replace("{run_id}", run_id)
         .replace("{queue_id}", str(w.queue.pk))
         .replace("{item_id}", str(w.item.pk))
         .replace("{judge_id}", str(w.judge.pk))
