@@ -14,7 +14,8 @@ context decisions, pins, primitive calls), `collab` (share links, notes), `files
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
 spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
 address, review queues, judges and their runs), `dashboard` (a project's model prices, the
-dashboard's per-day rollups and the days marked for a new one). Import every name from
+dashboard's per-day rollups and the days marked for a new one), `experiments` (datasets, their
+versions and items, experiments and their items). Import every name from
 `traces.models`.
 """
 
@@ -27,6 +28,7 @@ from traces.models.collab import (
 )
 from traces.models.conversation import Conversation
 from traces.models.dashboard import ALL_AGENTS, DailyRollup, ModelPrice, RollupDay
+from traces.models.experiments import Dataset, DatasetItem, DatasetVersion, Experiment, ExperimentItem
 from traces.models.files import (
     StoredFile,
     StoredFileChunk,
@@ -88,6 +90,11 @@ from traces.models.teams import (
 )
 
 __all__ = [
+    "Dataset",
+    "DatasetItem",
+    "DatasetVersion",
+    "Experiment",
+    "ExperimentItem",
     "ALL_AGENTS",
     "Action",
     "ApiKey",

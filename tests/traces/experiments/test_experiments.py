@@ -1,0 +1,125 @@
+"""Experiments run in this process (the task's body; real worker processes are in
+test_experiment_workers.py): every item becomes a run linked to its experiment and item, judged; a
+provider error fails the item, not the experiment; caps, cancel, concurrency; two compared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.runtime.openai_server import OpenAIServer
+from traces.conversations import ConversationLimitError
+from traces.experiments import results, service, worker
+from traces.experiments.datasets import DatasetError
+from traces.models import Conversation, Dataset, Experiment, ExperimentItem, Judge, Project, Run, Score
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start(project: Project, user: Any, **body: Any) -> Experiment:
+    fields = service.check_experiment(project, body)
+    return service.do_start_experiment(project, user, fields)
+
+
+def test_each_item_becomes_a_judged_run_of_the_experiment(
+    project: Project, alice: Any, dataset: Dataset, judge: Judge
+) -> None:
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk", judges=[judge.pk], name="base")
+    assert exp.items_total == 3 and exp.dataset_version == 1
+
+    assert worker.run_experiment(exp.pk) == {"experiment": exp.pk, "items": 3}
+
+    exp.refresh_from_db()
+    assert (exp.status, exp.items_done, exp.items_failed) == ("completed", 3, 0)
+    items = list(ExperimentItem.objects.filter(experiment=exp).select_related("item", "conversation"))
+    assert [it.state for it in items] == ["done"] * 3
+    for it in items:
+        run = Run.objects.get(project=project, run_id=it.run_id)
+        assert it.conversation is not None and it.conversation.run_id == run.run_id
+        assert run.turns == len(it.item.user_messages)
+        assert it.stats["tokens"] == run.tokens > 0 and it.output
+        assert 1 <= it.scores["helpfulness"] <= 5 and it.judge_errors == {}
+        assert Score.objects.filter(run_id=it.run_id, source="judge").count() == 1
+    # The item's system message reached the run when the spec gave none.
+    assert items[1].conversation.config["system"] == "Be brief."  # type: ignore[union-attr]
+    assert exp.tokens_used == sum(it.stats["tokens"] for it in items)
+    overall = results.summary(exp)
+    assert overall["states"]["done"] == 3 and overall["scores"]["helpfulness"]["count"] == 3
+    # Running it again (a second delivery) does nothing twice.
+    assert worker.run_experiment(exp.pk) == {"experiment": exp.pk, "items": 0}
+    assert Score.objects.filter(source="judge").count() == 3
+
+
+def test_a_provider_error_fails_the_item_not_the_experiment(
+    project: Project, alice: Any, dataset: Dataset, settings: Any
+) -> None:
+    with OpenAIServer() as llm:
+        settings.ARCANA_PROVIDERS = (
+            f'{{"llm": {{"base_url": "{llm.base_url}", "model": "m", "max_retries": 0}}}}'
+        )
+        llm.enqueue_text("first answer")
+        llm.enqueue_error(400, message="bad request")
+        llm.enqueue_text("third answer")
+        exp = start(project, alice, dataset=dataset.pk, provider="llm")
+        worker.run_experiment(exp.pk)
+    exp.refresh_from_db()
+    assert (exp.status, exp.items_done, exp.items_failed) == ("completed", 3, 1)
+    states = list(ExperimentItem.objects.filter(experiment=exp).values_list("state", "error"))
+    assert [s for s, _ in states] == ["done", "failed", "done"]
+    assert "provider error" in states[1][1]
+
+
+def test_the_token_cap_skips_the_items_left(project: Project, alice: Any, dataset: Dataset) -> None:
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk", max_tokens=1)
+    worker.run_experiment(exp.pk)
+    exp.refresh_from_db()
+    assert exp.status == "completed" and "token cap reached" in exp.reason
+    assert list(ExperimentItem.objects.filter(experiment=exp).values_list("state", flat=True)) == [
+        "done", "skipped", "skipped",
+    ]  # fmt: skip
+
+
+def test_the_item_cap_and_a_version_choose_the_items(project: Project, alice: Any, dataset: Dataset) -> None:
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk", max_items=2)
+    assert exp.items_total == 2
+    with pytest.raises(DatasetError) as e:
+        service.check_experiment(project, {"dataset": dataset.pk, "version": 7})
+    assert e.value.field == "version"
+
+
+def test_cancel_skips_what_has_not_started(project: Project, alice: Any, dataset: Dataset) -> None:
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk")
+    assert service.do_cancel_experiment(exp)
+    exp.refresh_from_db()
+    assert exp.status == "cancelled" and exp.items_done == 3
+    assert not Conversation.objects.filter(project=project).exists()
+    assert not service.do_cancel_experiment(exp)
+
+
+def test_the_projects_concurrency_limit_refuses_an_experiment(
+    project: Project, alice: Any, dataset: Dataset, settings: Any
+) -> None:
+    settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS = 2
+    start(project, alice, dataset=dataset.pk, model="small-talk", parallel=2)
+    with pytest.raises(ConversationLimitError, match="ARCANA_MAX_CONCURRENT_CONVERSATIONS"):
+        start(project, alice, dataset=dataset.pk, model="small-talk")
+
+
+def test_two_experiments_compare_item_by_item_what_matters_first(
+    project: Project, alice: Any, dataset: Dataset, judge: Judge
+) -> None:
+    a = start(project, alice, dataset=dataset.pk, model="small-talk", judges=[judge.pk])
+    worker.run_experiment(a.pk)
+    b = start(project, alice, dataset=dataset.pk, model="small-talk", judges=[judge.pk])
+    worker.run_experiment(b.pk)
+    # B's second item failed: it comes first, then a score change.
+    second = ExperimentItem.objects.get(experiment=b, position=2)
+    ExperimentItem.objects.filter(pk=second.pk).update(state="failed", error="provider error: x")
+    third = ExperimentItem.objects.get(experiment=b, position=3)
+    ExperimentItem.objects.filter(pk=third.pk).update(scores={"helpfulness": 9})
+    pairs = results.compare(a, b)
+    assert [p.a.position for p in pairs if p.a] == [2, 3, 1]
+    assert pairs[0].changes[0] == "error in B"
+    assert any(c.startswith("helpfulness ") for c in pairs[1].changes)
+    assert pairs[0].compare_url.startswith("/compare?a=")
