@@ -12,6 +12,7 @@ from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
 from traces.dashboard import api as api_dashboard
+from traces.experiments.api import experiment_urls
 from traces.ingest import api as ingest_api
 from traces.otlp.api import OtlpTracesView
 from traces.runs import api
@@ -45,4 +46,6 @@ urlpatterns = [
     path("scores", api_scores.ScoreListView.as_view(), name="api-scores"),
     path("scores/<id:score_id>", api_scores.ScoreDetailView.as_view(), name="api-score"),
     path("score-configs", api_scores.ScoreConfigListView.as_view(), name="api-score-configs"),
+    # Datasets and experiments (issue 38; traces/experiments/api.py)
+    *(path(route, view.as_view(), name=name) for route, view, name in experiment_urls),
 ]

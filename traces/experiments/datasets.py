@@ -157,7 +157,7 @@ def do_add_items(
                 input=it["input"],
                 expected=it.get("expected", ""),
                 metadata=it.get("metadata") or {},
-                source=source,
+                source=DatasetItem.Source.RUN if it.get("source_run_id") else source,
                 source_run_id=it.get("source_run_id", ""),
                 source_turn=it.get("source_turn"),
                 since_version=number,

@@ -25,7 +25,8 @@ from tests.traces.bad_input_cases import good
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
-from traces.models import Conversation, Note, Project, Run, Score, ShareLink
+from traces.experiments import datasets, service
+from traces.models import Conversation, Dataset, Experiment, Note, Project, Run, Score, ShareLink
 from traces.scores import actions as scores
 from traces.scores.api import BODY_LIMIT as SCORES_BODY_LIMIT
 
@@ -42,6 +43,8 @@ class World:
     link: ShareLink
     playground: Conversation
     score: Score
+    dataset: Dataset
+    experiment: Experiment
 
 
 @pytest.fixture
@@ -56,7 +59,11 @@ def world(project: Project, alice: Any) -> World:
         project, alice, {"name": "walked", "kind": "numeric", "min_value": 1, "max_value": 5}
     )
     score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
-    return World(project, run, note, link, playground, score)
+    dataset = datasets.do_create_dataset(project, alice, {"name": "walked"})
+    datasets.do_add_items(dataset, alice, [datasets.check_item({"input": f"item {i}"}) for i in range(3)])
+    fields = service.check_experiment(project, {"dataset": dataset.pk, "model": "small-talk"})
+    experiment = service.do_start_experiment(project, alice, fields)
+    return World(project, run, note, link, playground, score, dataset, experiment)
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -113,6 +120,29 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
         ("delete", "/api/v1/scores/{score_id}"): {},
+        # Datasets and experiments (issue 38): items added, one edited then removed; an experiment.
+        ("post", "/api/v1/datasets"): {"project": w.project.pk, "name": "another", "description": "d"},
+        ("post", "/api/v1/datasets/{dataset_id}/items"): {
+            "items": [
+                {"input": [{"role": "user", "content": "hi"}], "expected": "hello", "metadata": {"k": 1}},
+                {"input": "again"},
+            ]
+        },
+        ("patch", "/api/v1/datasets/{dataset_id}/items/{key}"): {"input": "changed", "expected": "x"},
+        ("delete", "/api/v1/datasets/{dataset_id}/items/{key}"): {},
+        ("post", "/api/v1/experiments"): {
+            "project": w.project.pk,
+            "dataset": w.dataset.pk,
+            "version": 1,
+            "name": "walked",
+            "model": "small-talk",
+            "cognitive_primitives": ["pin"],
+            "context_window": 4096,
+            "max_items": 2,
+            "max_tokens": 1000,
+            "parallel": 1,
+        },
+        ("post", "/api/v1/experiments/{experiment_id}/cancel"): {},
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -127,6 +157,9 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
         .replace("{run_id}", w.run.run_id)
+        .replace("{dataset_id}", str(w.dataset.pk))
+        .replace("{experiment_id}", str(w.experiment.pk))
+        .replace("{key}", w.dataset.items_at().values_list("key", flat=True).first() or "gone")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
@@ -238,7 +271,13 @@ def write_routes(client: Client) -> list[tuple[str, str]]:
 
 #: Write routes whose body is not the API's JSON, walked by a matrix of their own: OTLP/HTTP answers as
 #: the OpenTelemetry protocol says (tests/traces/otlp/test_bad_input.py: protobuf and OTLP/JSON).
-OWN_MATRIX = {("post", "/api/v1/otlp/v1/traces"), ("post", "/v1/traces")}
+#: A dataset upload is a multipart CSV or JSONL file whose bad rows are reported by line
+#: (tests/traces/experiments/test_datasets.py and test_api_experiments.py).
+OWN_MATRIX = {
+    ("post", "/api/v1/otlp/v1/traces"),
+    ("post", "/v1/traces"),
+    ("post", "/api/v1/datasets/{dataset_id}/upload"),
+}
 
 
 def test_every_write_route_of_the_schema_is_walked(alice_client: Client, world: World) -> None:
