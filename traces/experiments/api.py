@@ -32,6 +32,7 @@ from traces.experiments.serializers import (
     ExperimentCreateSerializer,
     ExperimentSerializer,
     ItemBatchSerializer,
+    ItemSerializer,
 )
 from traces.models import Action, Dataset, Experiment
 from traces.scores.api import project_named
@@ -177,7 +178,11 @@ class DatasetItemsView(BaseView):
 
 
 class DatasetItemView(BaseView):
-    @extend_schema(responses={200: DatasetVersionSerializer, 400: ErrorSerializer}, summary="Edit an item")
+    @extend_schema(
+        request=ItemSerializer,
+        responses={200: DatasetVersionSerializer, 400: ErrorSerializer},
+        summary="Edit an item (a new version)",
+    )
     def patch(self, request: Request, dataset_id: int, key: str) -> Response:
         dataset = find_dataset(request, dataset_id, Action.UPLOAD)
         item = dataset.items_at().filter(key=key).first()
@@ -193,7 +198,9 @@ class DatasetItemView(BaseView):
             return _invalid(e)
         return Response(DatasetVersionSerializer(version).data)
 
-    @extend_schema(responses={200: DatasetVersionSerializer}, summary="Remove an item (a new version)")
+    @extend_schema(
+        request=None, responses={200: DatasetVersionSerializer}, summary="Remove an item (a new version)"
+    )
     def delete(self, request: Request, dataset_id: int, key: str) -> Response:
         dataset = find_dataset(request, dataset_id, Action.UPLOAD)
         if not dataset.items_at().filter(key=key).exists():
