@@ -124,6 +124,7 @@ urlpatterns = [
     path(DATASET, views_experiments.dataset_page, name="dataset"),
     path(f"{DATASET}/upload", views_experiments.dataset_upload, name="dataset_upload"),
     path(f"{DATASET}/items", views_experiments.dataset_add_item, name="dataset_add_item"),
+    path(f"{DATASET}/items/<str:key>/edit", views_experiments.dataset_edit_item, name="dataset_edit_item"),
     path(
         f"{DATASET}/items/<str:key>/remove", views_experiments.dataset_remove_item, name="dataset_remove_item"
     ),

@@ -10,6 +10,7 @@ viewers read; members make datasets and items (`Action.UPLOAD`) and start or can
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import messages
@@ -151,6 +152,30 @@ def dataset_add_item(request: HttpRequest, project_id: int, dataset_id: int) -> 
         messages.error(request, f"Item not added: {e.field} {e.message}.")
     else:
         messages.success(request, f"Item added as version {version.number}.")
+    return HttpResponseRedirect(dataset.get_absolute_url())
+
+
+@login_required
+@require_POST
+def dataset_edit_item(request: HttpRequest, project_id: int, dataset_id: int, key: str) -> HttpResponse:
+    """An item edited on the dataset page: its messages as JSON, its expected output (a new version)."""
+    dataset = _dataset(request, project_id, dataset_id, Action.UPLOAD)
+    item = dataset.items_at().filter(key=key).first()
+    if item is None:
+        raise Http404("No such item in the newest version.")
+    try:
+        try:
+            messages_in = json.loads(request.POST.get("input", ""))
+        except ValueError:
+            raise DatasetError("input", 'not JSON: write a list of {"role", "content"} messages') from None
+        fields = datasets.check_item(
+            {"input": messages_in, "expected": request.POST.get("expected", ""), "metadata": item.metadata}
+        )
+        version = datasets.do_edit_item(dataset, request.user, key, fields)
+    except DatasetError as e:
+        messages.error(request, f"Item not changed: {e.field} {e.message}.")
+    else:
+        messages.success(request, f"Item edited: version {version.number}.")
     return HttpResponseRedirect(dataset.get_absolute_url())
 
 

@@ -123,6 +123,13 @@ class DatasetItem(models.Model):
         found = [str(m.get("content", "")) for m in self.input if m.get("role") == "system"]
         return "\n\n".join(found) if found else None
 
+    @property
+    def input_json(self) -> str:
+        """The input as the edit form shows it (escaped by the template like any trace text)."""
+        import json
+
+        return json.dumps(self.input, ensure_ascii=False, indent=1)
+
     def source_url(self) -> str:
         if not self.source_run_id:
             return ""

@@ -686,6 +686,14 @@ TABLE: dict[str, list[Case]] = {
     "projects/<project_id>/datasets/<dataset_id>/items": [
         Case("POST", dataset_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"input": "typed"}),
     ],
+    "projects/<project_id>/datasets/<dataset_id>/items/<key>/edit": [
+        Case(
+            "POST",
+            item_key_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"input": '[{"role": "user", "content": "edited"}]', "expected": "e"},
+        ),
+    ],
     "projects/<project_id>/datasets/<dataset_id>/items/<key>/remove": [
         Case("POST", item_key_kw, E(302, 404, 403, 302, 302, 302)),
     ],

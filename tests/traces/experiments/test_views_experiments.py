@@ -38,9 +38,16 @@ def test_a_member_builds_a_dataset_from_turns_and_files(
     v1 = bob_client.get(f"{ds.get_absolute_url()}?version=1").content.decode()
     assert "Items of version 1" in v1 and "bold" not in v1 and 'id="version-picker"' in v1
     key = ds.items_at().first().key  # type: ignore[union-attr]
+    edit = f"{ds.get_absolute_url()}/items/{key}/edit"
+    bad = bob_client.post(edit, {"input": "not json", "expected": "x"}, follow=True).content.decode()
+    assert "Item not changed: input not JSON" in bad
+    bob_client.post(edit, {"input": '[{"role": "user", "content": "Plan it again"}]', "expected": "p"})
+    ds.refresh_from_db()
+    assert ds.version == 4 and ds.items_at().get(key=key).user_messages == ["Plan it again"]
+    assert ds.items_at(3).get(key=key).expected == "a plan"
     bob_client.post(f"{ds.get_absolute_url()}/items/{key}/remove")
     ds.refresh_from_db()
-    assert ds.version == 4 and ds.items_at(3).count() == 3 and ds.items_at().count() == 2
+    assert ds.version == 5 and ds.items_at(4).count() == 3 and ds.items_at().count() == 2
 
 
 def test_a_viewer_reads_but_has_no_forms(vera_client: Client, dataset: Dataset, run: Run) -> None:
