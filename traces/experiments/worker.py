@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,7 @@ from traces.models import (
     Experiment,
     ExperimentItem,
     Judge,
+    PrimitiveEvent,
     Run,
     Score,
     Step,
@@ -195,6 +197,9 @@ def _stats(run: Run | None, conv: Conversation) -> tuple[dict[str, Any], str]:
     decisions = ContextDecision.objects.filter(step__run=run)
     compactions = decisions.filter(Q(compressed_count__gt=0) | Q(dropped_count__gt=0)).count()
     cost = run_cost(run)
+    done = Counter(
+        PrimitiveEvent.objects.filter(run=run, ok=True).values_list("primitive", flat=True)
+    )  # calls that did what they asked (a refused pin is no pin)
     last = (
         Step.objects.filter(run=run).exclude(assistant_text=None).order_by("-turn_number", "-number").first()
     )
@@ -204,8 +209,9 @@ def _stats(run: Run | None, conv: Conversation) -> tuple[dict[str, Any], str]:
         "completion_tokens": int(run.completion_tokens),
         "cost": round(cost.cost, 6) if cost.priced_tokens else None,
         "compactions": compactions,
-        "recalls": int(run.recall_count),
-        "pins": int(run.pin_count),
+        "recalls": done.get("recall", 0),
+        "pins": done.get("pin", 0),
+        "primitive_calls": int(run.primitives),
         "steps": int(run.steps),
         "turns": int(run.turns),
         "errors": int(run.errors),
