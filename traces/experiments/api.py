@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, generics, status
@@ -25,6 +26,7 @@ from traces.core.api import BaseView, error_response
 from traces.core.serializers import ErrorSerializer
 from traces.experiments import datasets, results, service
 from traces.experiments.datasets import DatasetError
+from traces.experiments.filters import ExperimentFilter
 from traces.experiments.serializers import (
     DatasetCreateSerializer,
     DatasetSerializer,
@@ -243,13 +245,12 @@ class ExperimentListView(BaseView, generics.ListAPIView[Experiment]):
     """The caller's projects' experiments, newest first; `POST` starts one (members)."""
 
     serializer_class = ExperimentSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ExperimentFilter
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("project", str, description="project id (or slug)"),
-            OpenApiParameter("dataset", int, description="a dataset's id"),
-        ],
-        summary="List experiments",
+        parameters=[OpenApiParameter("project", str, description="project id (or slug)")],
+        summary="List experiments (filtered)",
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
@@ -258,8 +259,6 @@ class ExperimentListView(BaseView, generics.ListAPIView[Experiment]):
         qs = Experiment.objects.filter(project__in=access.projects(self.request)).prefetch_related("judges")
         if p := self.request.query_params.get("project"):
             qs = qs.filter(project=project_named(self.request, p))
-        if (d := self.request.query_params.get("dataset") or "") != "":
-            qs = qs.filter(dataset_id=int(d) if d.isdigit() else 0)
         return qs.order_by("-created_at", "-id")
 
     @extend_schema(

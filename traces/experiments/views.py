@@ -28,6 +28,7 @@ from traces.conversations import (
 from traces.core import access
 from traces.experiments import datasets, results, service
 from traces.experiments.datasets import DatasetError
+from traces.experiments.filters import ExperimentFilter
 from traces.models import Action, Dataset, Experiment, Judge, Membership, Project, Run, membership_of
 from traces.runs import live
 from traces.scores.views import project_for
@@ -78,10 +79,13 @@ def dataset_list(request: HttpRequest, project_id: int) -> HttpResponse:
         messages.success(request, f"Dataset {dataset.name} made.")
         return HttpResponseRedirect(dataset.get_absolute_url())
     project = project_for(request, project_id)
+    found = ExperimentFilter(request.GET, queryset=Experiment.objects.filter(project=project))
+    experiments = found.qs if found.is_valid() else found.queryset
     ctx = {
         "project": project,
         "datasets": list(Dataset.objects.filter(project=project)),
-        "experiments": list(Experiment.objects.filter(project=project).select_related("dataset")[:100]),
+        "experiments": list(experiments.select_related("dataset")[:100]),
+        "filters": found.form,
         "can_write": _can(request, project, Action.UPLOAD),
     }
     return render(request, "traces/experiments/datasets.html", ctx)

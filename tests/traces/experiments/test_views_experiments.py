@@ -95,6 +95,15 @@ def test_an_experiment_started_from_its_dataset_page_then_compared(
     assert alice_client.get(f"/projects/{project.pk}/experiments/compare?a={a.pk}").status_code == 404
     listing = alice_client.get(f"/projects/{project.pk}/datasets").content.decode()
     assert "with primitives" in listing and "without" in listing
+    # The list's filter is the API's (traces/experiments/filters.py).
+    b.name = "without"
+    Experiment.objects.filter(pk=b.pk).update(status="failed")
+    failed = alice_client.get(f"/projects/{project.pk}/datasets?status=failed").content.decode()
+    assert ">without<" in failed and ">with primitives<" not in failed
+    assert [e["id"] for e in alice_client.get("/api/v1/experiments?status=failed").json()["results"]] == [
+        b.pk
+    ]
+    assert alice_client.get("/api/v1/experiments?status=bogus").status_code == 400
 
 
 def test_bad_experiment_forms_say_why(alice_client: Client, dataset: Dataset) -> None:
