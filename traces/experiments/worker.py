@@ -154,7 +154,7 @@ def run_item(it: ExperimentItem, owner: str) -> None:
     try:
         problem = service.check_script_limits(it)
         if problem:
-            _record(it, owner, State.FAILED, problem, "", {}, {}, {})
+            record_item(it, owner, State.FAILED, problem, "", {}, {}, {})
             return
         conv = _converse(service.item_conversation(it), lease)
         if conv is None:
@@ -168,10 +168,10 @@ def run_item(it: ExperimentItem, owner: str) -> None:
         else:
             state, error = State.FAILED, conv.reason or "the conversation failed"
         scores, judge_errors = _judge(it, run) if run is not None and state == State.DONE else ({}, {})
-        _record(it, owner, state, error, output, stats, scores, judge_errors)
+        record_item(it, owner, state, error, output, stats, scores, judge_errors)
     except Exception as exc:
         log.exception("experiment item %s failed", it.pk)
-        _record(it, owner, State.FAILED, f"{type(exc).__name__}: {exc}", "", {}, {}, {})
+        record_item(it, owner, State.FAILED, f"{type(exc).__name__}: {exc}", "", {}, {}, {})
     finally:
         lease.stop()
 
@@ -262,7 +262,7 @@ def _judge(it: ExperimentItem, run: Run) -> tuple[dict[str, Any], dict[str, str]
     return scores, errors
 
 
-def _record(
+def record_item(
     it: ExperimentItem,
     owner: str,
     state: str,

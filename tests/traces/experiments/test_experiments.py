@@ -123,3 +123,27 @@ def test_two_experiments_compare_item_by_item_what_matters_first(
     assert pairs[0].changes[0] == "error in B"
     assert any(c.startswith("helpfulness ") for c in pairs[1].changes)
     assert pairs[0].compare_url.startswith("/compare?a=")
+
+
+def test_an_item_whose_worker_vanished_is_claimed_again_and_the_sweeper_sends_a_task(
+    project: Project, alice: Any, dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk")
+    held = worker.claim_next(exp.pk, "gone-worker")
+    assert held is not None and held.position == 1
+    # Another task takes the next item, never the one held under a live lease.
+    other = worker.claim_next(exp.pk, "second")
+    assert other is not None and other.position == 2
+    sent: list[int] = []
+    monkeypatch.setattr(service, "enqueue", lambda pk, count=1: sent.append(pk))
+    assert service.sweep_experiments() == {"resent": 0}  # both leases are alive
+    ExperimentItem.objects.filter(pk=held.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert service.sweep_experiments() == {"resent": 1} and sent == [exp.pk]
+    again = worker.claim_next(exp.pk, "third")
+    assert again is not None and again.pk == held.pk and again.attempts == 2
+    # The stale owner can no longer record it: its lease is gone.
+    assert not worker.record_item(held, "gone-worker", "done", "", "", {}, {}, {})
