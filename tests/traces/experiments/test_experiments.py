@@ -147,3 +147,33 @@ def test_an_item_whose_worker_vanished_is_claimed_again_and_the_sweeper_sends_a_
     assert again is not None and again.pk == held.pk and again.attempts == 2
     # The stale owner can no longer record it: its lease is gone.
     assert not worker.record_item(held, "gone-worker", "done", "", "", {}, {}, {})
+
+
+def test_cancel_stops_a_running_item_after_its_step_and_skips_the_rest(
+    project: Project, alice: Any, dataset: Dataset, settings: Any
+) -> None:
+    import threading
+    import time
+
+    settings.ARCANA_SCRIPTED_STEP_MS = 700
+    settings.ARCANA_CONVERSATION_LEASE_SECONDS = 3
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk")
+    # The first item gets a long script, so the cancel lands while its conversation runs.
+    first = ExperimentItem.objects.select_related("item").get(experiment=exp, position=1)
+    first.item.input = [{"role": "user", "content": f"message {i}"} for i in range(8)]
+    first.item.save()
+    body = threading.Thread(target=worker.run_experiment, args=(exp.pk,))
+    body.start()
+    deadline = time.monotonic() + 30
+    while not Conversation.objects.filter(project=project, status="running").exists():
+        assert time.monotonic() < deadline, "the first item never started"
+        time.sleep(0.05)
+    assert service.do_cancel_experiment(exp)
+    body.join(timeout=60)
+    assert not body.is_alive()
+    exp.refresh_from_db()
+    assert exp.status == "cancelled" and exp.items_done == 3
+    states = dict(ExperimentItem.objects.filter(experiment=exp).values_list("position", "state"))
+    assert states == {1: "skipped", 2: "skipped", 3: "skipped"}
+    conv = Conversation.objects.get(project=project)
+    assert conv.status == "cancelled" and conv.cursor < 8  # stopped after its current step
