@@ -155,6 +155,8 @@ def test_cancel_stops_a_running_item_after_its_step_and_skips_the_rest(
     import threading
     import time
 
+    from django import db
+
     settings.ARCANA_SCRIPTED_STEP_MS = 700
     settings.ARCANA_CONVERSATION_LEASE_SECONDS = 3
     exp = start(project, alice, dataset=dataset.pk, model="small-talk")
@@ -162,7 +164,14 @@ def test_cancel_stops_a_running_item_after_its_step_and_skips_the_rest(
     first = ExperimentItem.objects.select_related("item").get(experiment=exp, position=1)
     first.item.input = [{"role": "user", "content": f"message {i}"} for i in range(8)]
     first.item.save()
-    body = threading.Thread(target=worker.run_experiment, args=(exp.pk,))
+
+    def task() -> None:
+        try:
+            worker.run_experiment(exp.pk)
+        finally:
+            db.connection.close()  # this thread's own connection (the test database is dropped after)
+
+    body = threading.Thread(target=task)
     body.start()
     deadline = time.monotonic() + 30
     while not Conversation.objects.filter(project=project, status="running").exists():
