@@ -131,10 +131,21 @@ def do_start_experiment(project: Project, user: Any, fields: dict[str, Any]) -> 
     limit = int(settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS)
     with transaction.atomic():
         Project.objects.select_for_update().filter(pk=project.pk).first()
-        busy = active_conversations(project) + sum(
-            Experiment.objects.filter(
-                project=project, status__in=[Experiment.Status.QUEUED, Experiment.Status.RUNNING]
-            ).values_list("parallel", flat=True)
+        active = [Experiment.Status.QUEUED, Experiment.Status.RUNNING]
+        # An experiment's item runs as a conversation: counted once, in the experiment's `parallel`.
+        items_running = ExperimentItem.objects.filter(
+            experiment__project=project,
+            experiment__status__in=active,
+            conversation__status__in=[Conversation.Status.QUEUED, Conversation.Status.RUNNING],
+        ).count()
+        busy = (
+            active_conversations(project)
+            - items_running
+            + sum(
+                Experiment.objects.filter(project=project, status__in=active).values_list(
+                    "parallel", flat=True
+                )
+            )
         )
         if busy + fields["parallel"] > limit:
             raise ConversationLimitError(

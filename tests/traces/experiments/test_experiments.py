@@ -101,7 +101,12 @@ def test_the_projects_concurrency_limit_refuses_an_experiment(
     project: Project, alice: Any, dataset: Dataset, settings: Any
 ) -> None:
     settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS = 2
-    start(project, alice, dataset=dataset.pk, model="small-talk", parallel=2)
+    first = start(project, alice, dataset=dataset.pk, model="small-talk")
+    # Its item running as a conversation counts once (in the experiment's `parallel`), not twice.
+    it = ExperimentItem.objects.select_related("experiment", "item").get(experiment=first, position=1)
+    service.item_conversation(it)
+    assert Conversation.objects.filter(status="queued").count() == 1
+    start(project, alice, dataset=dataset.pk, model="small-talk")
     with pytest.raises(ConversationLimitError, match="ARCANA_MAX_CONCURRENT_CONVERSATIONS"):
         start(project, alice, dataset=dataset.pk, model="small-talk")
 
