@@ -71,7 +71,7 @@ def claim_next(experiment_id: int, owner: str) -> ExperimentItem | None:
             started_at=now,
         )
         if took:
-            return ExperimentItem.objects.select_related("experiment", "item").get(pk=pk)
+            return ExperimentItem.objects.select_related("experiment", "item", "conversation").get(pk=pk)
     return None
 
 
@@ -142,6 +142,11 @@ def run_experiment(experiment_id: int) -> dict[str, Any]:
         if item is None:
             break
         Experiment.objects.filter(pk=exp.pk).update(updated_at=timezone.now())
+        if exp.cancel_requested:  # an item a vanished worker held: not run again, its conversation stopped
+            if item.conversation is not None and not item.conversation.is_finished:
+                cancel_conversation(item.conversation)
+            record_item(item, owner, State.SKIPPED, "cancelled by a user", "", {}, {}, {})
+            continue
         run_item(item, owner)
         ran += 1
     service.finish_if_done(experiment_id)

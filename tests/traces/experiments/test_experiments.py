@@ -191,3 +191,24 @@ def test_cancel_stops_a_running_item_after_its_step_and_skips_the_rest(
     assert states == {1: "skipped", 2: "skipped", 3: "skipped"}
     conv = Conversation.objects.get(project=project)
     assert conv.status == "cancelled" and conv.cursor < 8  # stopped after its current step
+
+
+def test_a_cancelled_experiment_does_not_run_again_what_a_vanished_worker_held(
+    project: Project, alice: Any, dataset: Dataset
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    exp = start(project, alice, dataset=dataset.pk, model="small-talk")
+    held = worker.claim_next(exp.pk, "gone-worker")
+    assert held is not None
+    conv = service.item_conversation(held)
+    assert service.do_cancel_experiment(exp)  # the held item's conversation is cancelled at once (queued)
+    ExperimentItem.objects.filter(pk=held.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert worker.run_experiment(exp.pk) == {"experiment": exp.pk, "items": 0}
+    exp.refresh_from_db()
+    conv.refresh_from_db()
+    assert exp.status == "cancelled" and exp.items_done == 3 and conv.status == "cancelled"
+    assert ExperimentItem.objects.get(pk=held.pk).state == "skipped"
+    assert not Run.objects.filter(project=project, run_id=held.run_id, turns__gt=0).exists()
