@@ -243,6 +243,8 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.judge_new_runs": {"queue": "agents"},
     "traces.tasks.check_lost_instructions": {"queue": "agents"},  # lost instructions checked (issue 35)
     "traces.tasks.sweep_instruction_checks": {"queue": "agents"},
+    "traces.tasks.run_experiment": {"queue": "agents"},  # experiments (issue 38)
+    "traces.tasks.sweep_experiments": {"queue": "agents"},
     "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -361,6 +363,13 @@ CELERY_BEAT_SCHEDULE["sweep-conversations"] = {
 # lease and attempts settings).
 CELERY_BEAT_SCHEDULE["sweep-judge-runs"] = {
     "task": "traces.tasks.sweep_judge_runs",
+    "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
+    "options": {"queue": ARCANA_AGENTS_QUEUE},
+}
+
+# The experiment sweeper (issue 38): items whose worker vanished are run again by a new task.
+CELERY_BEAT_SCHEDULE["sweep-experiments"] = {
+    "task": "traces.tasks.sweep_experiments",
     "schedule": float(ARCANA_CONVERSATION_SWEEP_SECONDS),
     "options": {"queue": ARCANA_AGENTS_QUEUE},
 }

@@ -12,6 +12,7 @@ from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
 from traces.dashboard import api as api_dashboard
+from traces.experiments.api import experiment_urls
 from traces.ingest import api as ingest_api
 from traces.instructions import api as api_instructions
 from traces.otlp.api import OtlpTracesView
@@ -72,4 +73,6 @@ urlpatterns = [
     path(JUDGE_RUN, api_judges.JudgeRunDetailView.as_view(), name="api-judge-run"),
     path(f"{JUDGE_RUN}/cancel", api_judges.JudgeRunCancelView.as_view(), name="api-judge-run-cancel"),
     path(f"{JUDGE_RUN}/again", api_judges.JudgeRunAgainView.as_view(), name="api-judge-run-again"),
+    # Datasets and experiments (issue 38; traces/experiments/api.py)
+    *(path(route, view.as_view(), name=name) for route, view, name in experiment_urls),
 ]

@@ -8,6 +8,8 @@ from typing import Any
 from celery import shared_task
 
 from traces import conversations
+from traces.experiments import service as experiments
+from traces.experiments import worker as experiment_worker
 from traces.ingest import uploads
 from traces.instructions import actions as instruction_checks
 from traces.models import Project
@@ -92,6 +94,22 @@ def sweep_judge_runs() -> dict[str, int]:
 def judge_new_runs() -> dict[str, int]:
     """Periodic (Celery beat): judges that watch new runs get an automatic judge run over them."""
     return judges.judge_new_runs()
+
+
+# Experiments (issue 38): on the `agents` queue; items claimed one at a time under a lease.
+@shared_task(
+    name="traces.tasks.run_experiment", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_experiment(experiment_id: int) -> dict[str, Any]:
+    """Run an experiment's items (`traces.experiments.worker.run_experiment`). Safe to deliver twice
+    or to several workers at once: each item is claimed with a conditional update."""
+    return experiment_worker.run_experiment(experiment_id)
+
+
+@shared_task(name="traces.tasks.sweep_experiments", ignore_result=True)
+def sweep_experiments() -> dict[str, int]:
+    """Periodic (Celery beat): send a task again to experiments whose worker vanished."""
+    return experiments.sweep_experiments()
 
 
 @shared_task(name="traces.tasks.refresh_rollups", ignore_result=True, soft_time_limit=300, time_limit=360)

@@ -14,6 +14,7 @@ from traces.compare import views as views_compare
 from traces.conversations import views as views_conversations
 from traces.core import converters  # noqa: F401  (registers the `id` and `run_id` converters)
 from traces.dashboard import views as views_dashboard
+from traces.experiments import views as views_experiments
 from traces.ingest import views as ingest_views
 from traces.instructions import views as views_instructions
 from traces.runs import views
@@ -24,6 +25,8 @@ from traces.teams import views as team_views
 app_name = "traces"
 
 REVIEW = "projects/<id:project_id>/queues/<id:queue_id>/items/<id:item_id>"  # a review queue's item
+DATASET = "projects/<id:project_id>/datasets/<id:dataset_id>"
+EXPERIMENT = "projects/<id:project_id>/experiments/<id:experiment_id>"
 
 urlpatterns = [
     path("", views.runs, name="runs"),
@@ -122,6 +125,29 @@ urlpatterns = [
     path(f"{REVIEW}/score", views_queues.review_score, name="review_score"),
     path(f"{REVIEW}/skip", views_queues.review_skip, name="review_skip"),
     path(f"{REVIEW}/release", views_queues.review_release, name="review_release"),
+    # Datasets and experiments (issue 38; traces/experiments/views.py).
+    path("projects/<id:project_id>/datasets", views_experiments.dataset_list, name="datasets"),
+    path(DATASET, views_experiments.dataset_page, name="dataset"),
+    path(f"{DATASET}/upload", views_experiments.dataset_upload, name="dataset_upload"),
+    path(f"{DATASET}/items", views_experiments.dataset_add_item, name="dataset_add_item"),
+    path(f"{DATASET}/items/<str:key>/edit", views_experiments.dataset_edit_item, name="dataset_edit_item"),
+    path(
+        f"{DATASET}/items/<str:key>/remove", views_experiments.dataset_remove_item, name="dataset_remove_item"
+    ),
+    path(f"{DATASET}/experiments", views_experiments.experiment_start, name="experiment_start"),
+    path(
+        "projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>/dataset",
+        views_experiments.turn_to_dataset,
+        name="turn_to_dataset",
+    ),
+    path(
+        "projects/<id:project_id>/experiments/compare",
+        views_experiments.experiment_compare,
+        name="experiment_compare",
+    ),
+    path(EXPERIMENT, views_experiments.experiment_page, name="experiment"),
+    path(f"{EXPERIMENT}/live", views_experiments.experiment_live, name="experiment_live"),
+    path(f"{EXPERIMENT}/cancel", views_experiments.experiment_cancel, name="experiment_cancel"),
     # Judges (traces/scores/views_judges.py).
     path("projects/<id:project_id>/judges", views_judges.judge_create, name="judge_create"),
     path(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import Any
 
 from .browse import FILTERS, cmd_flow, cmd_list, cmd_show
 from .command import Command, DataError, UsageError
 from .diff import cmd_diff
+from .experiment import cmd_experiment_compare, cmd_experiment_run
 from .replay import cmd_explain, cmd_replay
 from .upload import cmd_upload
 
@@ -25,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable JSON output")
 
     parser = argparse.ArgumentParser(prog="arcana", description="Arcana Console command line.")
-    top = parser.add_subparsers(dest="group", required=True, metavar="{trace}")
+    top = parser.add_subparsers(dest="group", required=True, metavar="{trace,experiment}")
     trace = top.add_parser("trace", help="read, replay and upload trace files")
     sub = trace.add_subparsers(
         dest="command", required=True, metavar="{list,show,replay,explain,flow,diff,upload}"
@@ -68,7 +70,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=600.0, help="seconds to wait for each file (default 600)"
     )
     upload.add_argument("--timeout-http", type=float, default=30.0, help=argparse.SUPPRESS)
+    _experiment_parsers(top)
     return parser
+
+
+def _experiment_parsers(top: Any) -> None:
+    """`arcana experiment run|compare`: experiments on a server (docs/guide/experiments.md)."""
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--server", help="server URL (default: $ARCANA_SERVER)")
+    server.add_argument("--api-key", help="project API key (default: $ARCANA_API_KEY)")
+    server.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    server.add_argument("--timeout-http", type=float, default=30.0, help=argparse.SUPPRESS)
+    group = top.add_parser("experiment", help="run datasets through a model on a server, compare experiments")
+    sub = group.add_subparsers(dest="command", required=True, metavar="{run,compare}")
+    run = sub.add_parser("run", parents=[server], help="start an experiment, wait, print its results")
+    run.add_argument("--dataset", type=int, required=True, help="the dataset's id")
+    run.add_argument("--version", type=int, help="its version (default: the newest)")
+    run.add_argument("--project", help="project id or slug (default: the key's)")
+    run.add_argument("--model", help="provider/model, e.g. scripted/small-talk (default: the server's)")
+    run.add_argument("--primitives", help='cognitive primitives, e.g. "recall,pin"; "" for none')
+    run.add_argument("--window", type=int, help="context window in tokens")
+    run.add_argument("--system", help="system prompt (default: each item's)")
+    run.add_argument("--judge", type=int, action="append", help="a judge's id (repeat for more)")
+    run.add_argument("--name", help="the experiment's name")
+    run.add_argument("--max-items", type=int, default=100, help="at most this many items (default 100)")
+    run.add_argument("--max-tokens", type=int, default=1_000_000, help="token cap (default 1,000,000)")
+    run.add_argument("--parallel", type=int, help="tasks working side by side (default 1)")
+    run.add_argument("--no-wait", action="store_true", help="start it and return")
+    run.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait (default 1800)")
+    compare = sub.add_parser("compare", parents=[server], help="two experiments item by item")
+    compare.add_argument("a", type=int, metavar="A", help="an experiment's id")
+    compare.add_argument("b", type=int, metavar="B", help="the experiment to compare it with")
 
 
 COMMANDS = {
@@ -79,6 +111,8 @@ COMMANDS = {
     "flow": cmd_flow,
     "diff": cmd_diff,
     "upload": cmd_upload,
+    "run": cmd_experiment_run,
+    "compare": cmd_experiment_compare,
 }
 
 
@@ -90,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or an argparse usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
     command = Command(args)
-    prog = f"arcana trace {args.command}"
+    prog = f"arcana {args.group} {args.command}"
     try:
         return COMMANDS[args.command](command)
     except UsageError as exc:

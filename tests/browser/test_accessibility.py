@@ -92,6 +92,15 @@ NOT_PAGES = {
     "traces:judge_auto",
     "traces:judge_run_cancel",
     "traces:judge_run_again",
+    # Datasets and experiments (issue 38): form targets and the polled fragment.
+    "traces:dataset_upload",
+    "traces:dataset_add_item",
+    "traces:dataset_edit_item",
+    "traces:dataset_remove_item",
+    "traces:experiment_start",
+    "traces:experiment_live",
+    "traces:experiment_cancel",
+    "traces:turn_to_dataset",
     "logout",
     "healthz",
     "favicon",  # a redirect to the icon file
@@ -172,6 +181,7 @@ class Site:
             for status in ("queued", "running", "completed", "failed", "cancelled")
         }
         self.scores = scores_site(project, self.pin_run, alice)
+        self.experiments = experiments_site(project, self.our_run, alice)
         _l, self.token = sharing.do_create_share_link(self.pin_run, alice)
         _l, self.hidden_token = sharing.do_create_share_link(
             self.pin_run, alice, hide_content=True, expires_at=timezone.now() + timedelta(days=1)
@@ -210,6 +220,35 @@ def scores_site(project: Project, run: Run, alice: Any) -> dict[str, Any]:
     item = ReviewItem.objects.create(queue=queue, run_id=run.run_id, assignee=alice,
                                      locked_until=timezone.now() + timedelta(hours=1))  # fmt: skip
     return {"queue": queue, "item": item, "judge_run": jr}
+
+
+def experiments_site(project: Project, run: Run, alice: Any) -> dict[str, Any]:
+    """Datasets and experiments (issue 38): a dataset of a turn and a typed item, two versions; one
+    experiment finished with a failed item and a judge error, one still running."""
+    from traces.experiments import datasets
+    from traces.models import Experiment, ExperimentItem
+
+    ds = datasets.do_create_dataset(project, alice, {"name": "launch", "description": "launch questions"})
+    datasets.do_add_items(ds, alice, [datasets.item_from_turn(run, 1)], source="run")
+    datasets.do_add_items(ds, alice, [datasets.check_item({"input": "What is 2 + 2?", "expected": "4"})])
+    made = []
+    for name, status in (("on", "completed"), ("off", "running")):
+        exp = Experiment.objects.create(project=project, dataset=ds, dataset_version=2, name=name,
+                                        provider="scripted", model="small-talk", status=status, items_total=2,
+                                        items_done=2 if status == "completed" else 1,
+                                        config={"cognitive_primitives": ["recall", "pin"] if name == "on" else []})  # fmt: skip
+        for i, item in enumerate(ds.items_at(), start=1):
+            failed = name == "on" and i == 2
+            ExperimentItem.objects.create(
+                experiment=exp, item=item, position=i, run_id=f"exp-{name}-{i}",
+                state="failed" if failed else ("done" if status == "completed" or i == 1 else "running"),
+                error="provider error: 400" if failed else "", output="" if failed else "An answer.",
+                stats={"tokens": 120 * i, "cost": None, "compactions": 0, "recalls": 1, "pins": 1},
+                scores={"helpfulness": 4} if not failed else {},
+                judge_errors={"heuristic": "unparseable answer"} if name == "off" and i == 1 else {},
+            )  # fmt: skip
+        made.append(exp)
+    return {"dataset": ds, "on": made[0], "off": made[1]}
 
 
 #: name → the paths of that page to check (several when states differ: a pool, hidden content …).
@@ -265,6 +304,19 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
     "traces:dashboard": lambda s: [f"/projects/{s.project.pk}", f"/projects/{s.project.pk}?agent=critic"],
     "traces:prices": lambda s: [f"/projects/{s.project.pk}/prices"],
     "traces:sessions": lambda s: ["/sessions"],
+    # Issue 38: datasets (a version picked), experiments (finished, running) and two compared.
+    "traces:datasets": lambda s: [f"/projects/{s.project.pk}/datasets"],
+    "traces:dataset": lambda s: [
+        s.experiments["dataset"].get_absolute_url(),
+        s.experiments["dataset"].get_absolute_url() + "?version=1",
+    ],
+    "traces:experiment": lambda s: [
+        s.experiments["on"].get_absolute_url(),
+        s.experiments["off"].get_absolute_url(),
+    ],
+    "traces:experiment_compare": lambda s: [
+        f"/projects/{s.project.pk}/experiments/compare?a={s.experiments['on'].pk}&b={s.experiments['off'].pk}"
+    ],
     "traces:session": lambda s: [session_url(s.project.pk, f"run:{s.our_run.run_id}")],
 }
 ANONYMOUS = {"login", "traces:shared_run", "traces:shared_turn", "teams:invite"}

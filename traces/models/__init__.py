@@ -15,7 +15,8 @@ files, worker heartbeats), `conversation` (conversations our workers run), `otlp
 spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
 address, review queues, judges and their runs), `dashboard` (a project's model prices, the
 dashboard's per-day rollups and the days marked for a new one), `instructions` (a model's verdict on
-whether a later answer contradicts a lost instruction). Import every name from
+whether a later answer contradicts a lost instruction), `experiments` (datasets, their versions and
+items, experiments and their items). Import every name from
 `traces.models`.
 """
 
@@ -35,6 +36,7 @@ from traces.models.dashboard import (
     RunRollup,
     SessionRollup,
 )
+from traces.models.experiments import Dataset, DatasetItem, DatasetVersion, Experiment, ExperimentItem
 from traces.models.files import (
     StoredFile,
     StoredFileChunk,
@@ -97,6 +99,11 @@ from traces.models.teams import (
 )
 
 __all__ = [
+    "Dataset",
+    "DatasetItem",
+    "DatasetVersion",
+    "Experiment",
+    "ExperimentItem",
     "ALL_AGENTS",
     "Action",
     "ApiKey",

@@ -20,6 +20,7 @@ from traces.collab import notes, sharing
 from traces.core import access
 from traces.dashboard import band, prices
 from traces.dashboard import pages as dashboard_pages
+from traces.experiments.views import dataset_panel_ctx
 from traces.instructions.views import instruction_panel_ctx
 from traces.models import (
     Action,
@@ -236,6 +237,7 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     ctx = turn_ctx(request, run, agent, number)
     # Scores (issue 36), for the caller's role that the note forms read (turn_ctx's `note_member`).
     ctx.update(score_panel_ctx(run, ctx.get("note_member"), agent=agent, turn=number))
+    ctx.update(dataset_panel_ctx(run, ctx.get("note_member"), number))  # issue 38: "Add to dataset"
     dashboard_pages.add_turn_costs(ctx)  # issue 37: the turn's and each step's cost
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     return render(request, "traces/turn.html", ctx)

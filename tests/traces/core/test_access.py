@@ -336,6 +336,52 @@ def lost_run_kw(w: World) -> dict[str, Any]:
 
 
 CHECK = {"model": "scripted/check-heuristic"}
+# Datasets and experiments (issue 38): made on demand, like the scores' objects.
+
+
+def dataset(w: World) -> Any:
+    from traces.experiments import datasets
+
+    if "_dataset" not in w.__dict__:
+        ds = datasets.do_create_dataset(w.project, w.users["owner"], {"name": "access"})
+        datasets.do_add_items(
+            ds, w.users["owner"], [datasets.check_item({"input": f"q{i}"}) for i in range(30)]
+        )
+        w.__dict__["_dataset"] = ds
+    return w.__dict__["_dataset"]
+
+
+def dataset_kw(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk, "dataset_id": dataset(w).pk}
+
+
+def api_dataset_kw(w: World) -> dict[str, Any]:
+    return {"dataset_id": dataset(w).pk}
+
+
+def item_key_kw(w: World, api: bool = False) -> dict[str, Any]:
+    """An item of the newest version (each call a different one: a removal moves on)."""
+    ds = dataset(w)
+    ds.refresh_from_db()
+    key = list(ds.items_at().values_list("key", flat=True))[next(w.counter) % 10]
+    return {**(api_dataset_kw(w) if api else dataset_kw(w)), "key": key}
+
+
+def fresh_experiment(w: World) -> Any:
+    from traces.models import Experiment
+
+    return Experiment.objects.create(
+        project=w.project, dataset=dataset(w), dataset_version=1, provider="scripted", model="small-talk"
+    )
+
+
+def experiment_kw(w: World) -> dict[str, Any]:
+    return {"project_id": w.project.pk, "experiment_id": fresh_experiment(w).pk}
+
+
+def experiment_start_body(w: World) -> dict[str, Any]:
+    return {"project": w.project.pk, "dataset": dataset(w).pk, "model": "small-talk", "max_items": 1}
+
 
 PAGE_READ = E(anon=302, outsider=404, viewer=200, member=200, admin=200, owner=200)
 API_READ = E(anon=401, outsider=404, viewer=200, member=200, admin=200, owner=200)
@@ -668,6 +714,61 @@ TABLE: dict[str, list[Case]] = {
         ),
     ],  # fmt: skip
     "projects/<project_id>/judge-runs/<judge_run_id>": [Case("GET", judge_run_kw, PAGE_READ)],
+    # Datasets and experiments (issue 38): viewers read; members make datasets and items and start
+    # and cancel experiments.
+    "projects/<project_id>/datasets": [
+        Case("GET", proj_only, PAGE_READ),
+        Case(
+            "POST", proj_only, E(302, 404, 403, 302, 302, 302), data=lambda w: {"name": f"d{next(w.counter)}"}
+        ),
+    ],
+    "projects/<project_id>/datasets/<dataset_id>": [Case("GET", dataset_kw, PAGE_READ)],
+    "projects/<project_id>/datasets/<dataset_id>/upload": [
+        Case(
+            "POST",
+            dataset_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"file": _file("a.jsonl", b'{"input": "up"}\n')},
+        ),
+    ],
+    "projects/<project_id>/datasets/<dataset_id>/items": [
+        Case("POST", dataset_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"input": "typed"}),
+    ],
+    "projects/<project_id>/datasets/<dataset_id>/items/<key>/edit": [
+        Case(
+            "POST",
+            item_key_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"input": '[{"role": "user", "content": "edited"}]', "expected": "e"},
+        ),
+    ],
+    "projects/<project_id>/datasets/<dataset_id>/items/<key>/remove": [
+        Case("POST", item_key_kw, E(302, 404, 403, 302, 302, 302)),
+    ],
+    "projects/<project_id>/datasets/<dataset_id>/experiments": [
+        Case(
+            "POST",
+            dataset_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"model": "scripted/small-talk", "max_items": "1"},
+        ),
+    ],
+    "projects/<project_id>/runs/<run_id>/turns/<number>/dataset": [
+        Case("POST", turn_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"dataset": dataset(w).pk}),
+    ],
+    "projects/<project_id>/experiments/compare": [
+        Case(
+            "GET",
+            proj_only,
+            PAGE_READ,
+            query=lambda w: {"a": fresh_experiment(w).pk, "b": fresh_experiment(w).pk},
+        ),
+    ],
+    "projects/<project_id>/experiments/<experiment_id>": [Case("GET", experiment_kw, PAGE_READ)],
+    "projects/<project_id>/experiments/<experiment_id>/live": [Case("GET", experiment_kw, PAGE_READ)],
+    "projects/<project_id>/experiments/<experiment_id>/cancel": [
+        Case("POST", experiment_kw, E(302, 404, 403, 302, 302, 302)),
+    ],
     "projects/<project_id>/judge-runs/<judge_run_id>/cancel": [
         Case("POST", judge_run_kw, E(302, 404, 403, 403, 302, 302)),
     ],
@@ -857,6 +958,68 @@ TABLE: dict[str, list[Case]] = {
         Case("DELETE", lambda w: {"score_id": fresh_score(w)}, E(401, 404, 403, 204, 204, 204)),
         Case("DELETE", lambda w: {"score_id": fresh_score(w, "admin")}, E(401, 404, 403, 403, 204, 204)),
     ],  # fmt: skip
+    # Datasets and experiments (issue 38).
+    "api/v1/datasets": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case(
+            "POST",
+            none,
+            E(401, 404, 403, 201, 201, 201),
+            data=lambda w: {"project": w.project.pk, "name": f"d{next(w.counter)}"},
+            json=True,
+        ),
+    ],
+    "api/v1/datasets/<dataset_id>": [Case("GET", api_dataset_kw, API_READ)],
+    "api/v1/datasets/<dataset_id>/items": [
+        Case(
+            "POST",
+            api_dataset_kw,
+            E(401, 404, 403, 201, 201, 201),
+            data=lambda w: {"items": [{"input": "more"}]},
+            json=True,
+        ),
+    ],
+    "api/v1/datasets/<dataset_id>/items/<key>": [
+        Case(
+            "PATCH",
+            lambda w: item_key_kw(w, api=True),
+            E(401, 404, 403, 200, 200, 200),
+            data=lambda w: {"expected": "edited"},
+            json=True,
+        ),
+        Case("DELETE", lambda w: item_key_kw(w, api=True), E(401, 404, 403, 200, 200, 200)),
+    ],
+    "api/v1/datasets/<dataset_id>/upload": [
+        Case(
+            "POST",
+            api_dataset_kw,
+            E(401, 404, 403, 200, 200, 200),
+            data=lambda w: {"file": _file("a.jsonl", b'{"input": "up"}\n')},
+        ),
+    ],
+    "api/v1/experiments": [
+        Case("GET", none, E(401, 200, 200, 200, 200, 200)),
+        Case("POST", none, E(401, 404, 403, 201, 201, 201), data=experiment_start_body, json=True),
+    ],
+    "api/v1/experiments/compare": [
+        Case(
+            "GET",
+            none,
+            API_READ,
+            query=lambda w: {"a": fresh_experiment(w).pk, "b": fresh_experiment(w).pk},
+        ),
+    ],
+    "api/v1/experiments/<experiment_id>": [
+        Case("GET", lambda w: {"experiment_id": fresh_experiment(w).pk}, API_READ),
+    ],
+    "api/v1/experiments/<experiment_id>/cancel": [
+        Case(
+            "POST",
+            lambda w: {"experiment_id": fresh_experiment(w).pk},
+            E(401, 404, 403, 200, 200, 200),
+            json=True,
+        ),
+    ],
     "api/v1/score-configs": [
         Case("GET", none, E(401, 200, 200, 200, 200, 200)),
         Case(
@@ -999,6 +1162,12 @@ def test_every_url_pattern_is_in_the_table() -> None:
     routes = url_patterns()
     missing = [r for r in routes if r not in TABLE]
     assert not missing, f"URL patterns without a row in the access table: {missing}"
+
+
+def _file(name: str, data: bytes) -> Any:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, data)
 
 
 def _request(world: World, actor: str, case: Case, route: str) -> int:

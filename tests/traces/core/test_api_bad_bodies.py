@@ -28,9 +28,12 @@ from tests.traces.instructions.helpers import NEVER, ingest_lost_run
 from traces import conversations, ingest
 from traces.collab import sharing
 from traces.core.jsonbody import DEFAULT_BODY_LIMIT
+from traces.experiments import datasets, service
 from traces.instructions.lost import instruction_key
 from traces.models import (
     Conversation,
+    Dataset,
+    Experiment,
     Judge,
     JudgeRun,
     Note,
@@ -63,6 +66,8 @@ class World:
     judge_run: JudgeRun
     spare: dict[str, int]  # a queue and a judge the DELETE routes remove (the others need theirs)
     lost: Run  # a run that lost instructions (issue 35)
+    dataset: Dataset
+    experiment: Experiment
 
 
 @pytest.fixture
@@ -77,6 +82,10 @@ def world(project: Project, alice: Any) -> World:
         project, alice, {"name": "walked", "kind": "numeric", "min_value": 1, "max_value": 5}
     )
     score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
+    dataset = datasets.do_create_dataset(project, alice, {"name": "walked"})
+    datasets.do_add_items(dataset, alice, [datasets.check_item({"input": f"item {i}"}) for i in range(3)])
+    fields = service.check_experiment(project, {"dataset": dataset.pk, "model": "small-talk"})
+    experiment = service.do_start_experiment(project, alice, fields)
     queue, spare_queue = (ReviewQueue.objects.create(project=project, name=n) for n in ("walked", "spare"))
     queue.configs.set([config])
     item = ReviewItem.objects.create(
@@ -106,6 +115,8 @@ def world(project: Project, alice: Any) -> World:
         jr,
         spare,
         ingest_lost_run(project, "walked-lost"),
+        dataset,
+        experiment,
     )
 
 
@@ -208,6 +219,29 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
             "agent": "",
             "instructions": [instruction_key("", "system_prompt", NEVER)],
         },
+        # Datasets and experiments (issue 38): items added, one edited then removed; an experiment.
+        ("post", "/api/v1/datasets"): {"project": w.project.pk, "name": "another", "description": "d"},
+        ("post", "/api/v1/datasets/{dataset_id}/items"): {
+            "items": [
+                {"input": [{"role": "user", "content": "hi"}], "expected": "hello", "metadata": {"k": 1}},
+                {"input": "again"},
+            ]
+        },
+        ("patch", "/api/v1/datasets/{dataset_id}/items/{key}"): {"input": "changed", "expected": "x"},
+        ("delete", "/api/v1/datasets/{dataset_id}/items/{key}"): {},
+        ("post", "/api/v1/experiments"): {
+            "project": w.project.pk,
+            "dataset": w.dataset.pk,
+            "version": 1,
+            "name": "walked",
+            "model": "small-talk",
+            "cognitive_primitives": ["pin"],
+            "context_window": 4096,
+            "max_items": 2,
+            "max_tokens": 1000,
+            "parallel": 1,
+        },
+        ("post", "/api/v1/experiments/{experiment_id}/cancel"): {},
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -228,6 +262,9 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{judge_id}", str(w.judge.pk))
         .replace("{judge_run_id}", str(w.judge_run.pk))
         .replace("{model}", "walked-model")
+        .replace("{dataset_id}", str(w.dataset.pk))
+        .replace("{experiment_id}", str(w.experiment.pk))
+        .replace("{key}", w.dataset.items_at().values_list("key", flat=True).first() or "gone")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
@@ -343,7 +380,13 @@ def write_routes(client: Client) -> list[tuple[str, str]]:
 
 #: Write routes whose body is not the API's JSON, walked by a matrix of their own: OTLP/HTTP answers as
 #: the OpenTelemetry protocol says (tests/traces/otlp/test_bad_input.py: protobuf and OTLP/JSON).
-OWN_MATRIX = {("post", "/api/v1/otlp/v1/traces"), ("post", "/v1/traces")}
+#: A dataset upload is a multipart CSV or JSONL file whose bad rows are reported by line
+#: (tests/traces/experiments/test_datasets.py and test_api_experiments.py).
+OWN_MATRIX = {
+    ("post", "/api/v1/otlp/v1/traces"),
+    ("post", "/v1/traces"),
+    ("post", "/api/v1/datasets/{dataset_id}/upload"),
+}
 
 
 def test_every_write_route_of_the_schema_is_walked(alice_client: Client, world: World) -> None:
