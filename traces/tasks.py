@@ -107,3 +107,13 @@ def enforce_retention() -> dict[str, int]:
     """Periodic (Celery beat): delete runs older than their project's `retention_days`, audited per
     project (`traces.teams.actions.do_enforce_retention`). Safe to run twice: a deleted run is not found again."""
     return {"deleted": teams.do_enforce_retention()}
+
+
+# Re-running a step from an edited context (issue 38): on the `agents` queue, claimed once.
+@shared_task(name="traces.tasks.rerun_step", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def rerun_step(branch_id: int) -> dict[str, Any]:
+    """Re-run one step of a run from its edited context and store the branch run
+    (`traces.branches.worker.run_branch`). Safe to deliver twice: the branch row is claimed first."""
+    from traces.branches import worker as branch_worker
+
+    return branch_worker.run_branch(branch_id)

@@ -1,0 +1,121 @@
+"""The re-run pages: the turn page's form (its context, `rerun_form_ctx`), its post (checks, starts the
+branch, redirects to the branch page) and the branch page, which polls until the re-run is done and
+then opens the compare page of the original run and its branch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from traces.branches import actions, forms
+from traces.conversations.providers import available_providers
+from traces.core import access
+from traces.models import Action, Branch, Run
+
+
+def can_rerun(request: HttpRequest, run: Run) -> bool:
+    return access.can(request, run.project.team_id, Action.CONVERSE)
+
+
+def rerun_form_ctx(request: HttpRequest, run: Run, agent: str, turn: int, step: int) -> dict[str, Any]:
+    """What the turn page draws for the re-run form of step `step` (`?rerun=<step>`), or why it cannot."""
+    try:
+        context = actions.step_context_of(run, turn, step, agent)
+    except actions.RerunInputError as exc:
+        return {"rerun_step": step, "rerun_problem": str(exc)}
+    rows = [{"item": i, "choices": forms.choices_for(i)} for i in context.items]
+    system = next((i.text for i in context.items if i.status == "system"), "")
+    return {
+        "rerun_step": step,
+        "rerun_context": context,
+        "rerun_rows": rows,
+        "rerun_system": system,
+        "rerun_providers": available_providers(),
+        "rerun_url": reverse(
+            "traces:rerun_step",
+            kwargs={"project_id": run.project_id, "run_id": run.run_id, "turn": turn, "step": step},
+        ),
+    }
+
+
+@login_required
+@require_POST
+def rerun_step(request: HttpRequest, project_id: int, run_id: str, turn: int, step: int) -> HttpResponse:
+    """The form's post: the edits checked and the branch started (members; viewers get 403)."""
+    run = access.get_run(request, project_id, run_id)
+    access.require(request, run.project.team_id, Action.CONVERSE)
+    agent = request.POST.get("agent") or ""
+    try:
+        context = actions.step_context_of(run, turn, step, agent)
+        checked = actions.check_rerun(
+            run,
+            turn,
+            step,
+            agent=agent,
+            edits=forms.edits_from_post(request.POST, context),
+            provider=request.POST.get("provider"),
+            model=request.POST.get("model"),
+        )
+    except actions.RerunInputError as exc:
+        if exc.status == 404:
+            raise Http404(str(exc)) from None
+        ctx = {"run": run, "problem": exc.detail, "back": run.turn_url(turn) + f"?rerun={step}"}
+        return render(request, "traces/branches/rerun_refused.html", ctx, status=400)
+    branch = actions.do_rerun_step(run, checked, user=request.user)
+    return redirect(branch.get_absolute_url())
+
+
+def _branch(request: HttpRequest, project_id: int, branch_id: int) -> Branch:
+    branch = (
+        Branch.objects.filter(pk=branch_id, project_id=project_id, project__in=access.projects(request))
+        .select_related("run", "project")
+        .first()
+    )
+    if branch is None:
+        raise Http404("No such branch.")
+    return branch
+
+
+@login_required
+@require_GET
+def branch_page(request: HttpRequest, project_id: int, branch_id: int) -> HttpResponse:
+    """The branch's status: queued or running (the page polls the API), failed (why), or done (the
+    compare page opens; `?stay=1` shows the finished status instead)."""
+    branch = _branch(request, project_id, branch_id)
+    if (
+        branch.status == Branch.Status.COMPLETED
+        and branch.branch_run is not None
+        and not request.GET.get("stay")
+    ):
+        return redirect(branch.compare_url())
+    status_url = reverse("api-branch", kwargs={"project_id": project_id, "branch_id": branch.pk})
+    return render(request, "traces/branches/branch.html", {"branch": branch, "status_url": status_url})
+
+
+def branch_links_ctx(run: Run, agent: str, turn: int | None = None) -> dict[str, Any]:
+    """The links the run and turn pages show: the branch this run is ("branched from run X step N"),
+    and the branches made from this run (at this turn, on a turn page)."""
+    made = (
+        actions.branches_of_step(run, agent, turn)
+        if turn is not None
+        else list(Branch.objects.filter(run=run).order_by("-created_at")[:50])
+    )
+    return {"branch_origin": actions.origin_of(run), "branches_made": made}
+
+
+def turn_branch_ctx(
+    request: HttpRequest, run: Run, agent: str, turn: int, step_numbers: list[int]
+) -> dict[str, Any]:
+    """The turn page's re-run parts: the links, who may re-run, and the form of `?rerun=<step>`."""
+    ctx = branch_links_ctx(run, agent, turn)
+    allowed = can_rerun(request, run)
+    ctx["can_rerun"] = allowed
+    asked = request.GET.get("rerun", "")
+    if allowed and asked.isdigit() and int(asked) in step_numbers:
+        ctx.update(rerun_form_ctx(request, run, agent, turn, int(asked)))
+    return ctx
