@@ -13,6 +13,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 
 from runtime.errors import TraceFormatError
 from runtime.rerun import Edit, RerunEditError, StepContext, parse_edits, step_context
@@ -128,18 +129,14 @@ def enqueue(branch_id: int) -> None:
     )
 
 
-def branches_of_step(run: Run, agent: str, turn: int, step: int | None = None) -> list[Branch]:
-    """The branches made from `run` at a step of turn `turn` (all its steps when `step` is None)."""
-    qs = Branch.objects.filter(run=run, agent=agent, turn_number=turn)
-    if step is not None:
-        qs = qs.filter(step_number=step)
-    return list(qs.order_by("step_number", "-created_at"))
+#: The most branches a run or turn page lists.
+LISTED = 50
 
 
-def origin_of(run: Run) -> Branch | None:
-    """The branch that wrote `run`, when it is a branch run."""
-    return (
-        Branch.objects.filter(project_id=run.project_id, branch_run_id=run.run_id)
-        .select_related("run")
-        .first()
+def branch_links(run: Run) -> list[Branch]:
+    """In one query: the branches made from `run` (newest first, at most `LISTED`) and the branch
+    that wrote `run`, when it is a branch run (its original run loaded)."""
+    mine = Q(run=run) | Q(project_id=run.project_id, branch_run_id=run.run_id)
+    return list(
+        Branch.objects.filter(mine).select_related("run").order_by("-created_at", "-id")[: LISTED + 1]
     )

@@ -14,12 +14,15 @@ from typing import Any
 
 from django.http import Http404
 from django.urls import path
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from traces.branches import actions
+from traces.branches.serializers import BranchSerializer, RerunRequestSerializer
 from traces.core import access
 from traces.core.api import BaseView, error_response
+from traces.core.serializers import ErrorSerializer
 from traces.models import Action, Branch
 
 
@@ -50,6 +53,11 @@ def branch_json(branch: Branch) -> dict[str, Any]:
 class RerunView(BaseView):
     key_scope = "read"
 
+    @extend_schema(
+        request=RerunRequestSerializer,
+        responses={202: BranchSerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+        summary="Re-run a step from an edited context",
+    )
     def post(self, request: Request, project_id: int, run_id: str, number: int) -> Response:
         run = access.get_run(request, project_id, run_id)
         access.require(request, run.project.team_id, Action.CONVERSE)
@@ -85,6 +93,7 @@ class RerunView(BaseView):
 
 
 class BranchView(BaseView):
+    @extend_schema(responses={200: BranchSerializer, 404: ErrorSerializer}, summary="A re-run's status")
     def get(self, request: Request, project_id: int, branch_id: int) -> Response:
         branch = (
             Branch.objects.filter(pk=branch_id, project_id=project_id, project__in=access.projects(request))

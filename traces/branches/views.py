@@ -18,11 +18,7 @@ from traces.core import access
 from traces.models import Action, Branch, Run
 
 
-def can_rerun(request: HttpRequest, run: Run) -> bool:
-    return access.can(request, run.project.team_id, Action.CONVERSE)
-
-
-def rerun_form_ctx(request: HttpRequest, run: Run, agent: str, turn: int, step: int) -> dict[str, Any]:
+def rerun_form_ctx(run: Run, agent: str, turn: int, step: int) -> dict[str, Any]:
     """What the turn page draws for the re-run form of step `step` (`?rerun=<step>`), or why it cannot."""
     try:
         context = actions.step_context_of(run, turn, step, agent)
@@ -98,24 +94,24 @@ def branch_page(request: HttpRequest, project_id: int, branch_id: int) -> HttpRe
 
 
 def branch_links_ctx(run: Run, agent: str, turn: int | None = None) -> dict[str, Any]:
-    """The links the run and turn pages show: the branch this run is ("branched from run X step N"),
-    and the branches made from this run (at this turn, on a turn page)."""
-    made = (
-        actions.branches_of_step(run, agent, turn)
-        if turn is not None
-        else list(Branch.objects.filter(run=run).order_by("-created_at")[:50])
-    )
-    return {"branch_origin": actions.origin_of(run), "branches_made": made}
+    """The links the run and turn pages show, in one query: the branch this run is ("branched from
+    run X step N"), and the branches made from this run (at turn `turn`, on a turn page)."""
+    rows = actions.branch_links(run)
+    made = [
+        b for b in rows if b.run_id == run.pk and (turn is None or (b.agent, b.turn_number) == (agent, turn))
+    ]
+    origin = next((b for b in rows if b.branch_run_id == run.run_id and b.project_id == run.project_id), None)
+    return {"branch_origin": origin, "branches_made": made}
 
 
-def turn_branch_ctx(
-    request: HttpRequest, run: Run, agent: str, turn: int, step_numbers: list[int]
-) -> dict[str, Any]:
-    """The turn page's re-run parts: the links, who may re-run, and the form of `?rerun=<step>`."""
-    ctx = branch_links_ctx(run, agent, turn)
-    allowed = can_rerun(request, run)
-    ctx["can_rerun"] = allowed
-    asked = request.GET.get("rerun", "")
-    if allowed and asked.isdigit() and int(asked) in step_numbers:
-        ctx.update(rerun_form_ctx(request, run, agent, turn, int(asked)))
-    return ctx
+def turn_branch_ctx(run: Run, agent: str, turn: int, ctx: dict[str, Any], asked: str) -> dict[str, Any]:
+    """The turn page's re-run parts: the links, whether the caller may re-run (their membership is
+    the page's `note_member`), and the form of `?rerun=<step>` (`asked`)."""
+    out = branch_links_ctx(run, agent, turn)
+    membership = ctx.get("note_member")
+    allowed = membership is not None and membership.can(Action.CONVERSE)
+    out["can_rerun"] = allowed
+    numbers = [s["step"].number for s in ctx.get("steps", [])]
+    if allowed and asked.isdigit() and int(asked) in numbers:
+        out.update(rerun_form_ctx(run, agent, turn, int(asked)))
+    return out

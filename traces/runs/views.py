@@ -239,9 +239,7 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     dashboard_pages.add_turn_costs(ctx)  # issue 37: the turn's and each step's cost
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
     # Re-running a step from an edited context (issue 38): the branches, the form of `?rerun=<step>`.
-    ctx.update(
-        branch_views.turn_branch_ctx(request, run, agent, number, [s["step"].number for s in ctx["steps"]])
-    )
+    ctx.update(branch_views.turn_branch_ctx(run, agent, number, ctx, request.GET.get("rerun", "")))
     return render(request, "traces/turn.html", ctx)
 
 
