@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._otlp_sink import message_parts
@@ -36,6 +36,9 @@ class ContextItem:
     original: dict[str, Any] | None = None
     pin_id: str | None = None
     fidelity: str | None = None
+    #: Its index in the history as the step's context decision numbers it (0: the system prompt);
+    #: None for what is not a message of the history (a pinned block, a summary).
+    history_index: int | None = None
 
     @property
     def restorable(self) -> bool:
@@ -56,6 +59,7 @@ class ContextItem:
             "original": self.original,
             "pin_id": self.pin_id,
             "fidelity": self.fidelity,
+            "history_index": self.history_index,
             "restorable": self.restorable,
         }
 
@@ -193,12 +197,11 @@ def _recorded(
     plain = sorted((r for r in rows if not r.get("pinned")), key=lambda r: int(r.get("index") or 0))
     hist = history(earlier, target)
     queue = [k for k in range(len(sent)) if k not in pinned]
-    placed: list[tuple[float, ContextItem]] = []
+    placed: list[tuple[float | None, ContextItem]] = []
     for pos, r in pinned.items():
         if pos < len(sent):
             item = ContextItem(0, "system", "pinned", sent[pos], pin_id=_str(r.get("pin_id")), fidelity="L0")
             placed.append((pos, item))
-    last = -1.0
     in_summary = False
     for r in plain:
         k = int(r.get("index") or 0)
@@ -210,20 +213,22 @@ def _recorded(
             if outcome == "summarized" and not in_summary and queue:
                 pos = queue.pop(0)
                 placed.append((pos, ContextItem(0, "assistant", "summary", sent[pos])))
-                last = pos
             in_summary = outcome == "summarized"
-            placed.append((last + 0.5, ContextItem(0, role, outcome, None, original, fidelity=fidelity)))
+            placed.append(
+                (None, ContextItem(0, role, outcome, None, original, fidelity=fidelity, history_index=k))
+            )
             continue
         in_summary = False
         if not queue:
             break
         pos = queue.pop(0)
-        last = pos
         status = "system" if k == 0 and sent[pos].get("role") == "system" else "kept"
         if status == "kept" and (outcome == "compressed" or (fidelity not in (None, "L0"))):
             status = "compressed"
         full = original if status == "compressed" and original != sent[pos] else None
-        placed.append((pos, ContextItem(0, role, status, sent[pos], full, fidelity=fidelity)))
+        placed.append(
+            (pos, ContextItem(0, role, status, sent[pos], full, fidelity=fidelity, history_index=k))
+        )
     for pos in queue:  # sent messages no row accounts for
         placed.append((pos, ContextItem(0, str(sent[pos].get("role") or "user"), "kept", sent[pos])))
     return _numbered(placed)
@@ -257,26 +262,28 @@ def _reconstructed(
         rec = reconstruct(calls, count_text=lambda text: len(text.split()))
         call = rec.call(f"{target.agent or ''}/{target.turn}/{target.step}")
     except (TraceFormatError, KeyError):
-        return _numbered([(k, _plain(m)) for k, m in enumerate(sent)])
-    placed: list[tuple[float, ContextItem]] = []
+        return _numbered([(float(k), _plain(m)) for k, m in enumerate(sent)])
+    placed: list[tuple[float | None, ContextItem]] = []
     covered: set[int] = set()
-    last = -1.0
     for st in call.states:
         info = rec.message(st.message_id)
         original = {"role": info.role, "content": info.text}
         if st.position is None or st.position >= len(sent):
             status = "summarized" if st.status == "summarized" else "dropped"
-            placed.append((last + 0.5, ContextItem(0, info.role, status, None, original)))
+            placed.append(
+                (None, ContextItem(0, info.role, status, None, original, history_index=st.history_index))
+            )
             continue
-        pos = last = st.position
+        pos = st.position
         covered.add(pos)
         m = sent[pos]
         if st.status == "shortened":
-            placed.append((pos, ContextItem(0, info.role, "compressed", m, original, fidelity=st.level)))
+            item = ContextItem(0, info.role, "compressed", m, original, fidelity=st.level)
+            placed.append((pos, replace(item, history_index=st.history_index)))
         elif st.status == "summary":
-            placed.append((pos, ContextItem(0, info.role, "summary", m)))
+            placed.append((pos, ContextItem(0, info.role, "summary", m, history_index=st.history_index)))
         else:
-            placed.append((pos, _plain(m)))
+            placed.append((pos, replace(_plain(m), history_index=st.history_index)))
     placed.extend((k, _plain(m)) for k, m in enumerate(sent) if k not in covered)
     return _numbered(placed)
 
@@ -290,14 +297,23 @@ def _plain(m: dict[str, Any]) -> ContextItem:
     return ContextItem(0, role, status, m)
 
 
-def _numbered(placed: list[tuple[float, ContextItem]]) -> list[ContextItem]:
-    ordered = [item for _, item in sorted(enumerate(placed), key=lambda p: (p[1][0], p[0]))]
+def _numbered(placed: list[tuple[float | None, ContextItem]]) -> list[ContextItem]:
+    """The items in the order the step received them, numbered; an item it did not receive (key None)
+    goes just before the next received one of the history (after the system prompt and pins)."""
+    keys: list[float] = []
+    following = float("inf")
+    for key, _ in reversed(placed):
+        if key is not None:
+            following = key
+        keys.append(following - 0.5 if key is None else key)
+    keys.reverse()
+    ordered = [placed[k][1] for k in sorted(range(len(placed)), key=lambda k: (keys[k], k))]
     out = []
-    for n, (_, item) in enumerate(ordered):
+    for n, item in enumerate(ordered):
         status = item.status
         if n == 0 and item.role == "system" and status == "kept":
             status = "system"
-        out.append(ContextItem(n, item.role, status, item.sent, item.original, item.pin_id, item.fidelity))
+        out.append(replace(item, index=n, status=status))
     return out
 
 

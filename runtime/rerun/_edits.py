@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RerunEditError
-from ._context import ContextItem, StepContext
+from ._context import ContextItem, StepContext, text_of
 
 #: The operations an edit may name.
 OPS = ("restore", "remove", "pin", "unpin", "system")
@@ -136,3 +136,80 @@ def pin_block(content: str, label: str = EDIT_PIN_LABEL) -> dict[str, Any]:
     """A pinned block as the working-set builder renders one (`[pinned <id> · <label>]` + content)."""
     pin_id = "p_" + hashlib.sha256(content.encode()).hexdigest()[:8]
     return {"role": "system", "content": f"[pinned {pin_id} · {label}]\n{content}"}
+
+
+def edited_decision(
+    context: StepContext, edits: Sequence[Edit], messages: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The branch step's context decision, in the runtime's vocabulary (docs/trace-format.md): one row
+    per message of the history at the original's history index — kept, compressed, dropped or
+    summarized as the step had it, or as the edits left it (`reason` "re-run: restored" / "re-run:
+    removed") — and a pinned row per pinned block at its position in `messages`. Comparing the
+    original with its branch then shows, message by message, what the edits changed."""
+    restored = {e.index for e in edits if e.op == "restore"}
+    removed = {e.index for e in edits if e.op in ("remove", "unpin")}
+    texts = [text_of(m.get("content")) for m in messages]
+    rows: list[dict[str, Any]] = []
+    for item in context.items:
+        if item.history_index is None:
+            continue
+        outcome, fidelity, reason = _fate(item, restored, removed)
+        if item.status == "system" and any(e.op == "system" for e in edits):
+            reason = "re-run: new system prompt"
+        rows.append(
+            {"index": item.history_index, "role": item.role, "outcome": outcome, "fidelity": fidelity,
+             "relevance_score": None, "token_count_before": None, "token_count_after": None, "reason": reason}
+        )  # fmt: skip
+    for position, text in enumerate(texts):
+        if messages[position].get("role") == "system" and text.startswith("[pinned "):
+            pin_id = text[len("[pinned ") :].split("]", 1)[0].split(" ", 1)[0]
+            rows.append(
+                {"index": position, "role": "system", "outcome": "kept", "fidelity": "L0", "relevance_score": None,
+                 "token_count_before": None, "token_count_after": None, "reason": "pinned", "pinned": True,
+                 "pin_id": pin_id}
+            )  # fmt: skip
+    compressed = sum(1 for r in rows if r["outcome"] != "kept" or r["fidelity"] not in (None, "L0"))
+    explanation = "Re-run of turn {} step {} with {} edit{}: {}.".format(
+        context.turn,
+        context.step,
+        len(edits),
+        "" if len(edits) == 1 else "s",
+        ", ".join(_describe(e) for e in edits) or "none",
+    )
+    return {
+        "context_decision": {
+            "turn": context.turn,
+            "step": context.step,
+            "strategy": "rerun",
+            "messages_in": len(context.items),
+            "messages_out": len(messages),
+            "compressed_count": compressed,
+            "decisions": rows,
+            "compressed_messages": [],
+            "explanation": explanation,
+        },
+        "explanation": explanation,
+        "compressed_count": compressed,
+        "messages_in": len(context.items),
+        "messages_out": len(messages),
+    }
+
+
+def _fate(item: ContextItem, restored: set[int], removed: set[int]) -> tuple[str, str | None, str]:
+    if item.index in restored:
+        return "kept", "L0", "re-run: restored"
+    if item.index in removed:
+        return "dropped", None, "re-run: removed"
+    if item.status in ("dropped", "summarized"):
+        return item.status, None, "as the step had it"
+    if item.status == "compressed":
+        return "compressed", item.fidelity or "L1", "as the step had it"
+    return "kept", item.fidelity or "L0", "as the step had it"
+
+
+def _describe(e: Edit) -> str:
+    if e.op == "system":
+        return "new system prompt"
+    if e.op == "pin" and e.index is None:
+        return "pin new content"
+    return f"{e.op} message {e.index}"

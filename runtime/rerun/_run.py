@@ -12,7 +12,7 @@ from .._providers import ScriptedProvider
 from .._trace_writer import TraceSink, TraceWriter, digest, request_digest
 from ..errors import ProviderError
 from ._context import StepContext, text_of
-from ._edits import Edit
+from ._edits import Edit, edited_decision
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,14 @@ async def rerun_step(
     turn, step = context.turn, context.step
     step_id: str | None = writer.step_id_for(turn, step)
     tools = context.tools or None
+    decision = edited_decision(context, edits, messages)
+    writer.emit(
+        "context_decision",
+        turn=turn,
+        step=step,
+        parent_step_id=step_id,
+        metadata={**decision, "context_report": {"origin": "rerun"}, "branch": branch},
+    )
     writer.emit(
         "prompt_snapshot",
         turn=turn,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
 from runtime import CallableSink, ContextStrategy, Runtime, RuntimeConfig, ScriptedProvider
+from runtime.demo import CHAT_TURNS, SYSTEM, build_demo_runtime
 from runtime.errors import ProviderHTTPError
 from runtime.rerun import (
     RerunEditError,
@@ -41,6 +43,36 @@ def truncated_run() -> list[dict[str, Any]]:
 
     asyncio.run(main())
     return out
+
+
+def demo_truncated_run() -> list[dict[str, Any]]:
+    """The runtime's demo chat (`runtime.demo`: a pin, a tool call, a recall) played with aggressive
+    truncation, so that from turn 3 on its steps no longer receive the brief and the plan."""
+    out: list[dict[str, Any]] = []
+    rt = build_demo_runtime(None, trace_sinks=[CallableSink(out.append)])
+    rt.config = dataclasses.replace(
+        rt.config, context_strategy=ContextStrategy(force="aggressive_truncate", aggressive_keep_turns=2)
+    )
+
+    async def main() -> None:
+        async with rt.chat(system=SYSTEM) as chat:
+            for text, _ in CHAT_TURNS:
+                await chat.send(text)
+
+    asyncio.run(main())
+    return out
+
+
+def test_the_demo_chat_with_aggressive_truncation_dropped_the_brief_and_kept_its_pin() -> None:
+    ctx = step_context(demo_truncated_run(), turn=4, step=1)
+    statuses = [i.status for i in ctx.items]
+    assert statuses[:2] == ["system", "pinned"]  # the head: the system prompt, then the pinned block
+    assert statuses[2:10] == ["dropped"] * 8 and statuses[10:] == ["kept"] * 3
+    brief = ctx.items[2]
+    assert brief.original is not None and brief.original["content"].startswith("Here is the brief")
+    assert ctx.items[1].pin_id and ctx.items[1].text.startswith("[pinned ")
+    messages = apply_edits(ctx, [{"op": "restore", "index": 2}, {"op": "unpin", "index": 1}])
+    assert [m["content"][:17] for m in messages[:2]] == [SYSTEM[:17], "Here is the brief"]
 
 
 def test_step_context_reads_dropped_messages_and_their_originals() -> None:
@@ -123,12 +155,22 @@ def test_rerun_writes_a_branch_run_that_names_its_origin() -> None:
         )
     )
     assert result.ok and result.answer is not None and "3 messages" in result.answer
-    assert [e["event_type"] for e in out] == ["prompt_snapshot", "turn", "llm_call"]
-    branch = out[1]["metadata"]["branch"]
+    assert [e["event_type"] for e in out] == ["context_decision", "prompt_snapshot", "turn", "llm_call"]
+    # The branch's decision: the restored message kept at L0, the others as the step had them.
+    rows = out[0]["metadata"]["context_decision"]["decisions"]
+    assert [(r["index"], r["outcome"], r["reason"]) for r in rows] == [
+        (0, "kept", "as the step had it"),
+        (1, "kept", "re-run: restored"),
+        (2, "dropped", "as the step had it"),
+        (3, "dropped", "as the step had it"),
+        (4, "dropped", "as the step had it"),
+        (5, "kept", "as the step had it"),
+    ]
+    branch = out[2]["metadata"]["branch"]
     assert branch["from_run_id"] == events[0]["run_id"]
     assert (branch["turn"], branch["step"], branch["edits"]) == (3, 1, [{"op": "restore", "index": 1}])
-    assert out[0]["metadata"]["prompt_snapshot"]["messages"] == messages
-    assert out[1]["metadata"]["facts"]["assistant_text"] == result.answer
+    assert out[1]["metadata"]["prompt_snapshot"]["messages"] == messages
+    assert out[2]["metadata"]["facts"]["assistant_text"] == result.answer
     # Read back, the branch is a run like any other: its one step received the edited messages.
     again = step_context(out, turn=3, step=1)
     assert again.messages() == messages and again.answer == result.answer
@@ -145,8 +187,8 @@ def test_rerun_records_a_provider_failure() -> None:
         rerun_step(ctx, ctx.messages(), Failing([]), run_id="b2", sink=CallableSink(out.append))
     )
     assert not result.ok and "bad gateway" in (result.error or "")
-    assert [e["event_type"] for e in out] == ["prompt_snapshot", "error", "turn"]
-    assert out[2]["metadata"]["assessment"]["failed"] is True
+    assert [e["event_type"] for e in out] == ["context_decision", "prompt_snapshot", "error", "turn"]
+    assert out[3]["metadata"]["assessment"]["failed"] is True
 
 
 def test_otlp_run_statuses_are_reconstructed() -> None:

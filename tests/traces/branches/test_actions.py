@@ -80,7 +80,7 @@ def test_a_branch_reruns_the_step_and_stores_its_run_linked_to_the_original(
     assert [m["content"] for m in step.prompt_snapshot["messages"]][1] == BUDGET
     raw = Event.objects.filter(project=project, run_id=branch.branch_run_id).values_list("raw", flat=True)
     links = [json.loads(r)["metadata"]["branch"] for r in raw]
-    assert len(links) == 3
+    assert len(links) == 4  # context_decision, prompt_snapshot, turn, llm_call
     assert all((b["from_run_id"], b["turn"], b["step"]) == (run.run_id, 3, 1) for b in links)
     assert links[0]["edits"] == [{"op": "restore", "index": 1}] and links[0]["provider"] == "scripted"
     # A second delivery of the task runs nothing.
