@@ -146,8 +146,8 @@ def edited_decision(
     summarized as the step had it, or as the edits left it (`reason` "re-run: restored" / "re-run:
     removed") — and a pinned row per pinned block at its position in `messages`. Comparing the
     original with its branch then shows, message by message, what the edits changed."""
-    restored = {e.index for e in edits if e.op == "restore"}
-    removed = {e.index for e in edits if e.op in ("remove", "unpin")}
+    restored = {e.index for e in edits if e.op == "restore" and e.index is not None}
+    removed = {e.index for e in edits if e.op in ("remove", "unpin") and e.index is not None}
     texts = [text_of(m.get("content")) for m in messages]
     rows: list[dict[str, Any]] = []
     for item in context.items:
