@@ -45,6 +45,13 @@ class ContextItem:
         return self.status in RESTORABLE and self.original is not None
 
     @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls the message carries (as sent, else its original)."""
+        m = self.sent if self.sent is not None else self.original
+        calls = m.get("tool_calls") if m is not None else None
+        return list(calls) if isinstance(calls, list) else []
+
+    @property
     def text(self) -> str:
         """The text shown for it: as sent, else its original."""
         m = self.sent if self.sent is not None else self.original

@@ -88,3 +88,14 @@ def test_trace_text_is_escaped_in_the_form(project: Project, alice_client: Clien
     run = project.runs.get(run_id=events[0]["run_id"])
     html = alice_client.get(run.turn_url(3) + "?rerun=1").content.decode()
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_the_form_of_a_step_whose_messages_carry_tool_calls(samples: Project, alice_client: Client) -> None:
+    """Our runtime's sample run: turn 2 step 1 received an assistant message with only tool calls."""
+    from tests.traces.views_helpers import OUR_RUN
+
+    run = samples.runs.get(run_id=OUR_RUN)
+    page = alice_client.get(run.turn_url(2) + "?rerun=1")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="rerun-form"' in html and "(no text: tool calls)" in html
