@@ -18,7 +18,7 @@ from django.db.models import Q
 from runtime.errors import TraceFormatError
 from runtime.rerun import Edit, RerunEditError, StepContext, parse_edits, step_context
 from traces.conversations.providers import SCRIPTED, server_providers
-from traces.models import Branch, Event, Run
+from traces.models import Branch, Event, Project, Run
 
 #: The task's name on the wire (`traces/tasks.py`).
 TASK = "traces.tasks.rerun_step"
@@ -102,9 +102,22 @@ def check_rerun(
 
 def do_rerun_step(run: Run, request: RerunRequest, *, user: Any = None) -> Branch:
     """Create the `Branch` (`queued`, with the id of the run it will write) and send its task to
-    `ARCANA_AGENTS_QUEUE` once the transaction commits."""
+    `ARCANA_AGENTS_QUEUE` once the transaction commits. `RerunInputError` (429) when the project
+    already has `ARCANA_MAX_CONCURRENT_CONVERSATIONS` re-runs queued or running (the project row is
+    locked for the check, so two requests cannot both pass it)."""
     ctx = request.context
+    limit = int(settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS)
     with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=run.project_id).first()
+        active = Branch.objects.filter(
+            project_id=run.project_id, status__in=[Branch.Status.QUEUED, Branch.Status.RUNNING]
+        ).count()
+        if active >= limit:
+            message = (
+                f"this project already runs {limit} re-runs (ARCANA_MAX_CONCURRENT_CONVERSATIONS); "
+                "wait for one to finish"
+            )
+            raise RerunInputError([{"field": "project", "message": message}], status=429)
         branch = Branch.objects.create(
             project_id=run.project_id,
             run=run,

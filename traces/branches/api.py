@@ -84,11 +84,13 @@ class RerunView(BaseView):
                 provider=body.get("provider"),
                 model=body.get("model"),
             )
+            branch = actions.do_rerun_step(run, checked, user=request.user)
         except actions.RerunInputError as exc:
+            if exc.status == 429:
+                return error_response(429, str(exc), exc.detail, headers={"Retry-After": "30"})
             return error_response(
                 exc.status, "no such step" if exc.status == 404 else "invalid input", exc.detail
             )
-        branch = actions.do_rerun_step(run, checked, user=request.user)
         return Response(branch_json(branch), status=202)
 
 

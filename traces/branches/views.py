@@ -57,12 +57,12 @@ def rerun_step(request: HttpRequest, project_id: int, run_id: str, turn: int, st
             provider=request.POST.get("provider"),
             model=request.POST.get("model"),
         )
+        branch = actions.do_rerun_step(run, checked, user=request.user)
     except actions.RerunInputError as exc:
         if exc.status == 404:
             raise Http404(str(exc)) from None
         ctx = {"run": run, "problem": exc.detail, "back": run.turn_url(turn) + f"?rerun={step}"}
-        return render(request, "traces/branches/rerun_refused.html", ctx, status=400)
-    branch = actions.do_rerun_step(run, checked, user=request.user)
+        return render(request, "traces/branches/rerun_refused.html", ctx, status=exc.status)
     return redirect(branch.get_absolute_url())
 
 

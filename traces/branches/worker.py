@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from runtime import ArcanaRuntimeError, OpenAICompatibleProvider, Provider
@@ -23,12 +24,21 @@ log = logging.getLogger(__name__)
 #: A branch whose task started this many times without finishing is failed.
 MAX_ATTEMPTS = 3
 
+#: A branch `running` for longer than this lost its worker (a re-run is one model call, which its
+#: provider's timeouts and retries end well within): a redelivered task may claim it again.
+STALE_AFTER = timedelta(minutes=15)
+
 
 def claim(branch_id: int) -> bool:
-    """`queued` → `running`, once: two deliveries of one task never both run it."""
+    """`queued` → `running` with a conditional update, so two deliveries of one task never both run
+    it; or a `running` row whose worker died (`STALE_AFTER`), for the task Celery delivers again."""
+    now = timezone.now()
+    claimable = Q(status=Branch.Status.QUEUED) | Q(
+        status=Branch.Status.RUNNING, started_at__lt=now - STALE_AFTER
+    )
     return (
-        Branch.objects.filter(pk=branch_id, status=Branch.Status.QUEUED).update(
-            status=Branch.Status.RUNNING, attempts=F("attempts") + 1
+        Branch.objects.filter(claimable, pk=branch_id).update(
+            status=Branch.Status.RUNNING, attempts=F("attempts") + 1, started_at=now
         )
         == 1
     )

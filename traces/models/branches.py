@@ -19,7 +19,9 @@ from .teams import Project
 
 
 class Branch(models.Model):
-    """One re-run of one step: `queued` → `running` → `completed` / `failed` (`error` says why)."""
+    """One re-run of one step: `queued` → `running` → `completed` / `failed` (`error` says why). A
+    row `running` since long before any model call could end lost its worker: a redelivered task
+    claims it again (`traces.branches.worker.claim`)."""
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -46,6 +48,7 @@ class Branch(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)  # the worker claimed it (the last time)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -107,3 +107,42 @@ def test_a_provider_failure_fails_the_branch_not_the_original(project: Project, 
     assert b_run.errors >= 1
     run.refresh_from_db()
     assert run.status != Run.Status.FAILED
+
+
+def test_a_project_runs_at_most_its_limit_of_reruns(
+    project: Project, settings: Any, api_client: Client
+) -> None:
+    settings.ARCANA_MAX_CONCURRENT_CONVERSATIONS = 1
+    run = truncated(project)
+    checked = actions.check_rerun(run, 3, 1, agent=None, edits=[], provider="scripted", model=None)
+    actions.do_rerun_step(run, checked)
+    with pytest.raises(actions.RerunInputError) as err:
+        actions.do_rerun_step(run, checked)
+    assert err.value.status == 429 and "ARCANA_MAX_CONCURRENT_CONVERSATIONS" in str(err.value)
+    r = api_client.post(
+        f"/api/v1/projects/{project.pk}/runs/{run.run_id}/steps/1/rerun",
+        {"turn": 3},
+        content_type="application/json",
+    )
+    assert r.status_code == 429 and r["Retry-After"] == "30"
+    assert Branch.objects.count() == 1
+
+
+def test_a_branch_whose_worker_died_is_claimed_again_by_the_redelivered_task(project: Project) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = truncated(project)
+    checked = actions.check_rerun(run, 3, 1, agent=None, edits=[], provider="scripted", model=None)
+    branch = actions.do_rerun_step(run, checked)
+    # Running, claimed a moment ago: another delivery leaves it alone.
+    Branch.objects.filter(pk=branch.pk).update(status="running", started_at=timezone.now(), attempts=1)
+    assert worker.run_branch(branch.pk)["skipped"] == "not claimable"
+    # Running since long before any model call could end: its worker died; the task runs it.
+    Branch.objects.filter(pk=branch.pk).update(
+        started_at=timezone.now() - worker.STALE_AFTER - timedelta(seconds=1)
+    )
+    assert worker.run_branch(branch.pk)["status"] == "completed"
+    branch.refresh_from_db()
+    assert branch.attempts == 2 and Run.objects.filter(run_id=branch.branch_run_id).count() == 1
