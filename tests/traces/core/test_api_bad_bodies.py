@@ -46,7 +46,7 @@ class World:
 
 @pytest.fixture
 def world(project: Project, alice: Any) -> World:
-    ingest.ingest_events(project, [good("walked", 1), good("walked", 2)], source="api")
+    ingest.ingest_events(project, [good("walked", 1), good("walked", 2), snapshot_of("walked")], source="api")
     run = Run.objects.get(project=project, run_id="walked")
     note = Note.objects.create(run=run, author=alice, body="a note", turn_number=1)
     link, _raw = sharing.do_create_share_link(run, alice)
@@ -57,6 +57,17 @@ def world(project: Project, alice: Any) -> World:
     )
     score = scores.do_score(project, alice, config, {"value": 3, "run_id": run.run_id}, "person")
     return World(project, run, note, link, playground, score)
+
+
+def snapshot_of(run_id: str) -> dict[str, Any]:
+    """The prompt snapshot of the walked run's step: what a re-run (issue 38) reads back."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+    return {
+        "run_id": run_id, "step_id": f"{run_id}-snap", "parent_step_id": f"{run_id}-turn",
+        "event_type": "prompt_snapshot", "timestamp": "2026-11-30T10:00:00.2+00:00",
+        "metadata": {"producer": "arcana-console", "turn": 1, "step": 1,
+                     "prompt_snapshot": {"model": "gpt-test", "messages": messages}},
+    }  # fmt: skip
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -113,6 +124,13 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
         },
         ("patch", "/api/v1/scores/{score_id}"): {"value": 5, "comment": "better"},
         ("delete", "/api/v1/scores/{score_id}"): {},
+        ("post", "/api/v1/projects/{project_id}/runs/{run_id}/steps/{number}/rerun"): {
+            "turn": 1,
+            "agent": "",
+            "edits": [{"op": "remove", "index": 0}, {"op": "pin", "content": "Dana owns go/no-go."}],
+            "provider": "scripted",
+            "model": "scripted-1",
+        },
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -127,6 +145,7 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{score_id}", str(w.score.pk))
         .replace("{project_id}", str(w.project.pk))
         .replace("{run_id}", w.run.run_id)
+        .replace("{number}", "1")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}
