@@ -25,6 +25,7 @@ PUBLIC_MODULES = frozenset(
         "runtime.demo",
         "runtime.errors",
         "runtime.facts",
+        "runtime.rerun",
         "runtime.scenarios",
         "runtime.tracefiles",
     }

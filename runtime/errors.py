@@ -10,6 +10,7 @@ ArcanaRuntimeError                 base class: catch this to catch anything the 
 ├── ContextOverflowError           a message cannot fit the context window even on its own
 ├── ToolDefinitionError            a tool function cannot be described to the model
 ├── TraceFormatError               a trace line or event is not a valid TraceEvent
+│   └── RerunEditError             an edit of a step's context names no message it can change
 ├── OtlpDecodeError                an OTLP/HTTP request body cannot be read at all (HTTP 400)
 │   ├── OtlpContentTypeError       its content type is neither protobuf nor JSON (HTTP 415)
 │   └── OtlpBodyTooLargeError      it is (or inflates to) more than the size limit (HTTP 413)
@@ -88,6 +89,12 @@ class TraceFormatError(ArcanaRuntimeError, ValueError):
         self.line = line
         self.reason = message
         self.field = field
+
+
+class RerunEditError(TraceFormatError):
+    """Raised by `runtime.rerun.apply_edits` for an edit that cannot apply: an unknown operation, a
+    message index the step does not have, a restore of a message that has no original to restore, an
+    unpin of a message that is no pinned block. `field` is `edits[i].index` (or `.op`, `.content`)."""
 
 
 class OtlpDecodeError(ArcanaRuntimeError, ValueError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
+from traces.branches.api import branch_urls
 from traces.collab import api as api_collab
 from traces.compare import api as api_compare
 from traces.conversations.api import conversation_urls
@@ -28,6 +29,7 @@ JUDGE_RUN = "projects/<id:project_id>/judge-runs/<id:judge_run_id>"
 urlpatterns = [
     path("schema", SpectacularAPIView.as_view(), name="api-schema"),
     *conversation_urls,
+    *branch_urls,
     path("ingest", ingest_api.IngestView.as_view(), name="api-ingest"),
     path("otlp/v1/traces", OtlpTracesView.as_view(), name="api-otlp-traces"),
     path("uploads", ingest_api.UploadListView.as_view(), name="api-uploads"),

@@ -146,3 +146,13 @@ def check_lost_instructions(check_ids: list[int]) -> dict[str, int]:
 def sweep_instruction_checks() -> dict[str, int]:
     """Periodic (Celery beat): send again the checks whose task was lost, fail the hopeless ones."""
     return instruction_checks.sweep_checks()
+
+
+# Re-running a step from an edited context (issue 38): on the `agents` queue, claimed once.
+@shared_task(name="traces.tasks.rerun_step", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def rerun_step(branch_id: int) -> dict[str, Any]:
+    """Re-run one step of a run from its edited context and store the branch run
+    (`traces.branches.worker.run_branch`). Safe to deliver twice: the branch row is claimed first."""
+    from traces.branches import worker as branch_worker
+
+    return branch_worker.run_branch(branch_id)

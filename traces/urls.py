@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.urls import path
 
+from traces.branches import views as views_branches
 from traces.collab import views as views_collab
 from traces.compare import views as views_compare
 from traces.conversations import views as views_conversations
@@ -87,6 +88,13 @@ urlpatterns = [
         views_compare.run_again,
         name="run_again",
     ),
+    # Re-running a step from an edited context (traces/branches/views.py, issue 38).
+    path(
+        "projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:turn>/steps/<id:step>/rerun",
+        views_branches.rerun_step,
+        name="rerun_step",
+    ),
+    path("projects/<id:project_id>/branches/<id:branch_id>", views_branches.branch_page, name="branch"),
     # Share links and review notes (traces/collab/views.py).
     path(
         "projects/<id:project_id>/runs/<run_id:run_id>/share-links",

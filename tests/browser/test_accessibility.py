@@ -75,6 +75,7 @@ NOT_PAGES = {
     "traces:conversation_message",
     "traces:conversation_cancel",
     "traces:compare_live",
+    "traces:rerun_step",  # issue 38: the turn page's re-run form posts here
     # Scores (issue 36): form targets and the export.
     "traces:score_create",
     "traces:score_edit",
@@ -251,6 +252,21 @@ def experiments_site(project: Project, run: Run, alice: Any) -> dict[str, Any]:
     return {"dataset": ds, "on": made[0], "off": made[1]}
 
 
+def branch_pages(s: Site) -> list[str]:
+    """A re-run waiting for its worker and one that failed (a finished one opens the compare page)."""
+    from traces.models import Branch
+
+    pages = []
+    for status, error in (("queued", ""), ("failed", "ProviderConnectionError: connection refused")):
+        b = Branch.objects.create(
+            project=s.project, run=s.our_run, turn_number=2, step_number=1, branch_run_id=f"branch-{status}",
+            provider="scripted", model="scripted-1", status=status, error=error,
+            edits=[{"op": "restore", "index": 1}, {"op": "system", "content": "Be brief."}],
+        )  # fmt: skip
+        pages.append(b.get_absolute_url())
+    return pages
+
+
 #: name → the paths of that page to check (several when states differ: a pool, hidden content …).
 PAGES: dict[str, Callable[[Site], list[str]]] = {
     "traces:runs": lambda s: ["/", "/?status=completed&pins=1"],
@@ -266,8 +282,10 @@ PAGES: dict[str, Callable[[Site], list[str]]] = {
         s.pin_run.turn_url(4),
         s.pin_run.turn_url(7),
         s.our_run.turn_url(2),
+        s.our_run.turn_url(2) + "?rerun=1",  # issue 38: the re-run form of step 1
         s.live_run.turn_url(2),
     ],
+    "traces:branch": lambda s: branch_pages(s),
     "traces:uploads": lambda s: ["/uploads"],
     "traces:notes": lambda s: ["/notes", "/notes?label=bug&resolved=0"],
     "traces:shared_run": lambda s: [sharing.share_url(s.token), sharing.share_url(s.hidden_token)],

@@ -13,8 +13,9 @@ audit log), `runs` (`Run`, its addresses and related runs, raw `Event`s), `proje
 context decisions, pins, primitive calls), `collab` (share links, notes), `files` (uploads, stored
 files, worker heartbeats), `conversation` (conversations our workers run), `otlp` (OpenTelemetry
 spans as received, the source of truth of a run sent over OTLP), `scores` (score configs, scores by
-address, review queues, judges and their runs), `dashboard` (a project's model prices, the
-dashboard's per-day rollups and the days marked for a new one), `instructions` (a model's verdict on
+address, review queues, judges and their runs), `branches` (a step re-run from an edited context),
+`dashboard` (a project's model prices, the dashboard's per-day rollups and the days marked for a new
+one), `instructions` (a model's verdict on
 whether a later answer contradicts a lost instruction), `experiments` (datasets, their versions and
 items, experiments and their items). Import every name from
 `traces.models`.
@@ -22,6 +23,7 @@ items, experiments and their items). Import every name from
 
 from __future__ import annotations
 
+from traces.models.branches import Branch
 from traces.models.collab import (
     Note,
     ShareLink,
@@ -108,6 +110,7 @@ __all__ = [
     "Action",
     "ApiKey",
     "AuditLog",
+    "Branch",
     "ContextDecision",
     "DailyRollup",
     "EMPTY_MESSAGE_TABLE",

@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from traces.branches import views as branch_views
 from traces.collab import notes, sharing
 from traces.core import access
 from traces.dashboard import band, prices
@@ -137,6 +138,7 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx.update(instruction_panel_ctx(run, agent, membership, ctx["changes"]))  # their model checks (issue 35)
     ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
     ctx["band"] = band.cached_run_band(run, agent)  # issue 37: what filled the context, over the run
+    ctx.update(branch_views.branch_links_ctx(run, agent))  # issue 38: branched from / branches made
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
     # The map's own version: run.js fetches it again after a change of the live fragment, and the
@@ -240,6 +242,8 @@ def turn(request: HttpRequest, project_id: int, run_id: str, number: int) -> Htt
     ctx.update(dataset_panel_ctx(run, ctx.get("note_member"), number))  # issue 38: "Add to dataset"
     dashboard_pages.add_turn_costs(ctx)  # issue 37: the turn's and each step's cost
     ctx["live_etag"] = live.run_tag(run, "turn", agent, number)
+    # Re-running a step from an edited context (issue 38): the branches, the form of `?rerun=<step>`.
+    ctx.update(branch_views.turn_branch_ctx(run, agent, number, ctx, request.GET.get("rerun", "")))
     return render(request, "traces/turn.html", ctx)
 
 

@@ -194,6 +194,22 @@ def fresh_conv_kw(w: World) -> dict[str, Any]:
     return {"project_id": w.project.pk, "conversation_id": w.fresh_conversation()}
 
 
+def step_kw(w: World) -> dict[str, Any]:
+    """Re-running step 1 of turn 2 of the team's run (the step with a prompt snapshot), issue 38."""
+    return {**run_kw(w), "turn": 2, "step": 1}
+
+
+def branch_kw(w: World) -> dict[str, Any]:
+    """A queued branch of the team's run (its page polls; nothing runs it in this test)."""
+    from traces.models import Branch
+
+    b = Branch.objects.create(
+        project=w.project, run=w.run, turn_number=2, step_number=1, branch_run_id=str(uuid.uuid4()),
+        provider="scripted", model="scripted-1",
+    )  # fmt: skip
+    return {"project_id": w.project.pk, "branch_id": b.pk}
+
+
 def none(w: World) -> dict[str, Any]:
     return {}
 
@@ -560,6 +576,17 @@ TABLE: dict[str, list[Case]] = {
     "projects/<project_id>/conversations/<conversation_id>/cancel": [
         Case("POST", fresh_conv_kw, E(302, 404, 403, 302, 302, 302)),
     ],
+    # Re-running a step from an edited context (issue 38): members start, readers follow.
+    "projects/<project_id>/runs/<run_id>/turns/<turn>/steps/<step>/rerun": [
+        Case(
+            "POST",
+            step_kw,
+            E(302, 404, 403, 302, 302, 302),
+            data=lambda w: {"m0": "keep", "provider": "scripted"},
+            note="starts the branch (enqueued on commit: never, in this test) and opens its page",
+        ),
+    ],
+    "projects/<project_id>/branches/<branch_id>": [Case("GET", branch_kw, PAGE_READ)],
     "projects/<project_id>/conversations/<conversation_id>/again": [
         Case("GET", conv_kw, E(302, 404, 403, 200, 200, 200), note="viewers cannot converse"),
         Case(
@@ -882,6 +909,16 @@ TABLE: dict[str, list[Case]] = {
         ),
     ],  # fmt: skip
     "api/v1/compare": [Case("GET", none, API_READ, query=two_runs)],
+    "api/v1/projects/<project_id>/runs/<run_id>/steps/<number>/rerun": [
+        Case(
+            "POST",
+            lambda w: {**run_kw(w), "number": 1},
+            E(401, 404, 403, 202, 202, 202),
+            data=lambda w: {"turn": 2, "edits": [], "provider": "scripted"},
+            json=True,
+        ),
+    ],
+    "api/v1/projects/<project_id>/branches/<branch_id>": [Case("GET", branch_kw, API_READ)],
     "api/v1/projects/<project_id>/dashboard": [Case("GET", proj_only, API_READ)],
     "api/v1/projects/<project_id>/prices": [
         Case("GET", proj_only, API_READ),

@@ -72,7 +72,7 @@ class World:
 
 @pytest.fixture
 def world(project: Project, alice: Any) -> World:
-    ingest.ingest_events(project, [good("walked", 1), good("walked", 2)], source="api")
+    ingest.ingest_events(project, [good("walked", 1), good("walked", 2), snapshot_of("walked")], source="api")
     run = Run.objects.get(project=project, run_id="walked")
     note = Note.objects.create(run=run, author=alice, body="a note", turn_number=1)
     link, _raw = sharing.do_create_share_link(run, alice)
@@ -118,6 +118,17 @@ def world(project: Project, alice: Any) -> World:
         dataset,
         experiment,
     )
+
+
+def snapshot_of(run_id: str) -> dict[str, Any]:
+    """The prompt snapshot of the walked run's step: what a re-run (issue 38) reads back."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+    return {
+        "run_id": run_id, "step_id": f"{run_id}-snap", "parent_step_id": f"{run_id}-turn",
+        "event_type": "prompt_snapshot", "timestamp": "2026-11-30T10:00:00.2+00:00",
+        "metadata": {"producer": "arcana-console", "turn": 1, "step": 1,
+                     "prompt_snapshot": {"model": "gpt-test", "messages": messages}},
+    }  # fmt: skip
 
 
 #: A valid body per write route (method, schema path), and whether it is sent with the API key (ingest)
@@ -242,6 +253,13 @@ def valid_bodies(w: World) -> dict[tuple[str, str], dict[str, Any]]:
             "parallel": 1,
         },
         ("post", "/api/v1/experiments/{experiment_id}/cancel"): {},
+        ("post", "/api/v1/projects/{project_id}/runs/{run_id}/steps/{number}/rerun"): {
+            "turn": 1,
+            "agent": "",
+            "edits": [{"op": "remove", "index": 0}, {"op": "pin", "content": "Dana owns go/no-go."}],
+            "provider": "scripted",
+            "model": "scripted-1",
+        },
         ("patch", "/api/v1/projects/{project_id}/runs/{run_id}"): {"name": "walked run", "tags": ["walk"]},
         # Last: the routes above need the run.
         ("delete", "/api/v1/projects/{project_id}/runs/{run_id}"): {},
@@ -265,6 +283,7 @@ def url_of(path: str, w: World, params: dict[str, str] | None = None) -> str:
         .replace("{dataset_id}", str(w.dataset.pk))
         .replace("{experiment_id}", str(w.experiment.pk))
         .replace("{key}", w.dataset.items_at().values_list("key", flat=True).first() or "gone")
+        .replace("{number}", "1")
     )
     if path == "/api/v1/uploads":
         query = params or {"project": w.project.slug}

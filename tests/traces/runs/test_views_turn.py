@@ -124,7 +124,8 @@ def test_it_reads_a_turn_in_a_bounded_number_of_queries(
 ) -> None:
     # +2 for review notes: the turn's notes and the caller's role (note forms).
     # +2 for scores (issue 36): the project's score configs and the turn's scores.
-    with django_assert_max_num_queries(16):
+    # +1 for the turn's branches (issue 38: the branch the run is, the branches made at this turn).
+    with django_assert_max_num_queries(17):
         r = alice_client.get(f"{run_path(OUR_RUN)}/turns/2")  # 3 steps, primitives, pins
     assert len(r.context["steps"]) == 3
 
