@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from typing import Any, TypedDict
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from runtime import OpenAICompatibleProvider, ProviderResponse, ScriptedProvider
 from runtime.scenarios import SCENARIOS
 
 SCRIPTED = "scripted"
@@ -140,3 +142,49 @@ def available_providers() -> list[ProviderChoice]:
 def scenario_details() -> dict[str, dict[str, Any]]:
     """Each scripted scenario's suggested script and settings (to prefill a form)."""
     return {name: s.describe() for name, s in SCENARIOS.items()}
+
+
+class ProviderNotConfigured(LookupError):
+    """A provider named by a stored judge or check that `ARCANA_PROVIDERS` no longer lists."""
+
+
+def ask_once(
+    provider: str, model: str, messages: list[dict[str, Any]], scripted: str
+) -> tuple[str | None, int]:
+    """One non-streamed completion at temperature 0, for the judges and the lost-instruction checks:
+    `scripted` is the offline provider's answer; otherwise the server's provider `provider` is asked.
+    Runs its own event loop in this thread (no ORM inside it). Returns the answer and its total
+    tokens; raises `ProviderError`, or `ProviderNotConfigured`."""
+    client: Any
+    if provider == SCRIPTED:
+        delay = int(settings.ARCANA_SCRIPTED_STEP_MS) / 1000
+        client = ScriptedProvider([scripted], delay=delay, model=model)
+    else:
+        sp = server_providers().get(provider)
+        if sp is None:
+            raise ProviderNotConfigured(f"provider {provider!r} is not configured (ARCANA_PROVIDERS)")
+        options: dict[str, Any] = {
+            "base_url": sp.base_url,
+            "api_key": sp.api_key,
+            "model": model,
+            "stream": False,
+        }
+        if sp.timeout is not None:
+            options["timeout"] = sp.timeout
+        if sp.max_retries is not None:
+            options["max_retries"] = sp.max_retries
+        client = OpenAICompatibleProvider(sp.name, **options)
+
+    async def ask() -> ProviderResponse:
+        try:
+            return await client.complete(messages, model=model, temperature=0)
+        finally:
+            await client.aclose()
+
+    loop = asyncio.new_event_loop()
+    try:
+        response = loop.run_until_complete(ask())
+    finally:
+        loop.close()
+    usage = response.usage
+    return response.content, int(usage.total_tokens) if usage is not None else 0

@@ -18,17 +18,13 @@ derives a value from the run (deterministic; a demo and the tests), `judge-unpar
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-
-from runtime import OpenAICompatibleProvider, ProviderResponse, ScriptedProvider
-from traces.conversations.providers import SCRIPTED, server_providers
+from traces.conversations.providers import ProviderNotConfigured, ask_once
 from traces.models import Note, Run, ScoreConfig, Step
 from traces.runs import queries
 from traces.scores.actions import check_value
@@ -206,36 +202,8 @@ def call_model(provider: str, model: str, config: ScoreConfig, prompt: str, valu
         {"role": "system", "content": answer_format(config)},
         {"role": "user", "content": prompt},
     ]
-    client: Any
-    if provider == SCRIPTED:
-        delay = int(settings.ARCANA_SCRIPTED_STEP_MS) / 1000
-        client = ScriptedProvider([scripted_answer(model, config, values)], delay=delay, model=model)
-    else:
-        sp = server_providers().get(provider)
-        if sp is None:
-            raise JudgeAnswerError(f"provider {provider!r} is not configured (ARCANA_PROVIDERS)")
-        options: dict[str, Any] = {
-            "base_url": sp.base_url,
-            "api_key": sp.api_key,
-            "model": model,
-            "stream": False,
-        }
-        if sp.timeout is not None:
-            options["timeout"] = sp.timeout
-        if sp.max_retries is not None:
-            options["max_retries"] = sp.max_retries
-        client = OpenAICompatibleProvider(sp.name, **options)
-
-    async def ask() -> ProviderResponse:
-        try:
-            return await client.complete(messages, model=model, temperature=0)
-        finally:
-            await client.aclose()
-
-    loop = asyncio.new_event_loop()
     try:
-        response = loop.run_until_complete(ask())
-    finally:
-        loop.close()
-    usage = response.usage
-    return Call(response.content, int(usage.total_tokens) if usage is not None else 0)
+        text, tokens = ask_once(provider, model, messages, scripted_answer(model, config, values))
+    except ProviderNotConfigured as e:
+        raise JudgeAnswerError(str(e)) from None
+    return Call(text, tokens)
