@@ -1,7 +1,7 @@
 """The cast of every traces test (STYLE.md item 15).
 
 * `alice` owns team "Alpha" and its project "alpha-app" (`project`).
-* `bob` is a member of Alpha.
+* `bob` is a member of Alpha; `vera` a viewer of Alpha (`vera_client`).
 * `charlie` is an outsider with his own team "Charlie's" and project "charlie-app".
 * `alice_client` / `bob_client` / `charlie_client`: logged-in Django test clients.
 * `api_key`: a raw API key for alice's project; `api_client` sends it as `Authorization: Bearer`.
@@ -122,3 +122,17 @@ def turn_by_turn(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(ingest.projecting, "do_project_turns", observed)  # where `project_runs` looks it up
     return answers
+
+
+@pytest.fixture
+def vera(db: None, django_user_model: Any, alpha: Team) -> Any:
+    user = django_user_model.objects.create_user(username="vera", password="password")
+    Membership.objects.create(team=alpha, user=user, role=Membership.Role.VIEWER)
+    return user
+
+
+@pytest.fixture
+def vera_client(vera: Any) -> Client:
+    client = Client()
+    client.force_login(vera)
+    return client

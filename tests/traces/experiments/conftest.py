@@ -1,5 +1,5 @@
 """The experiments tests' cast, on top of tests/traces/conftest.py (alice owns Alpha, bob is a member,
-charlie an outsider): `vera` a viewer of Alpha, `run` our 3-turn run in alice's project, a dataset of
+charlie an outsider, vera a viewer): `run` our 3-turn run in alice's project, a dataset of
 three items, a judge."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ import uuid
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from tests.traces.views_helpers import OUR_RUN, OURS, ingest_file
 from traces.experiments import datasets
-from traces.models import Dataset, Judge, Membership, Project, Run, ScoreConfig, Team
+from traces.models import Dataset, Judge, Project, Run, ScoreConfig
 
 ITEMS = [
     {"input": "Plan a launch with a budget of 42 units.", "expected": "a plan"},
@@ -25,20 +24,6 @@ ITEMS = [
 def no_worker_takes_these(settings: Any) -> None:
     """Tasks these tests enqueue go to a queue no worker reads: a test runs the work itself."""
     settings.ARCANA_AGENTS_QUEUE = f"agents-nobody-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def vera(db: None, django_user_model: Any, alpha: Team) -> Any:
-    user = django_user_model.objects.create_user(username="vera", password="password")
-    Membership.objects.create(team=alpha, user=user, role=Membership.Role.VIEWER)
-    return user
-
-
-@pytest.fixture
-def vera_client(vera: Any) -> Client:
-    client = Client()
-    client.force_login(vera)
-    return client
 
 
 @pytest.fixture

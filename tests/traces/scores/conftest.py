@@ -1,33 +1,16 @@
 """The scores tests' cast, on top of tests/traces/conftest.py (alice owns Alpha, bob is a member,
-charlie an outsider): `vera` a viewer of Alpha, `run` our 3-turn run in alice's project, a compacted run,
+charlie an outsider, vera a viewer): `run` our 3-turn run in alice's project, a compacted run,
 and the two configs of the issue's "done when" plus a categorical one."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from django.test import Client
 
 from tests.traces.views_helpers import OUR_RUN, OURS, decision, ingest_file, our_step
 from traces.ingest import ingest_events
-from traces.models import Membership, Project, Run, ScoreConfig, Team
+from traces.models import Project, Run, ScoreConfig
 
 COMPACTED = "compacted-run"
-
-
-@pytest.fixture
-def vera(db: None, django_user_model: Any, alpha: Team) -> Any:
-    user = django_user_model.objects.create_user(username="vera", password="password")
-    Membership.objects.create(team=alpha, user=user, role=Membership.Role.VIEWER)
-    return user
-
-
-@pytest.fixture
-def vera_client(vera: Any) -> Client:
-    client = Client()
-    client.force_login(vera)
-    return client
 
 
 @pytest.fixture
