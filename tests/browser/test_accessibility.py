@@ -61,6 +61,7 @@ NOT_PAGES = {
     "traces:note_resolve",
     "traces:note_edit",
     "traces:note_delete",
+    "traces:instruction_checks",  # POST only: start the model checks of lost instructions, back to the run
     "teams:switch",
     "teams:member_role",
     "teams:member_remove",
