@@ -246,6 +246,8 @@ CELERY_TASK_ROUTES = {
     "traces.tasks.run_experiment": {"queue": "agents"},  # experiments (issue 38)
     "traces.tasks.sweep_experiments": {"queue": "agents"},
     "traces.tasks.enforce_retention": {"queue": ARCANA_INGEST_QUEUE},
+    "traces.tasks.derive_spans": {"queue": ARCANA_INGEST_QUEUE},  # OTLP spans left to a worker
+    "traces.tasks.sweep_spans": {"queue": ARCANA_INGEST_QUEUE},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Publishing fails fast when the broker is down (an upload is accepted and stays `queued`; the upload
@@ -393,6 +395,17 @@ ARCANA_ROLLUP_SECONDS = envint("ARCANA_ROLLUP_SECONDS", default=30, minimum=5)
 CELERY_BEAT_SCHEDULE["refresh-rollups"] = {
     "task": "traces.tasks.refresh_rollups",
     "schedule": float(ARCANA_ROLLUP_SECONDS),
+    "options": {"queue": ARCANA_INGEST_QUEUE},
+}
+
+# OTLP spans (traces/ingest/spans.py): a request of at most this many new spans derives their runs
+# before it answers; a larger one (or one that would wait for another derivation of its project) is
+# stored and left to the `derive_spans` task. Spans pending longer than the sweep age get a task again.
+ARCANA_OTLP_INLINE_SPANS = envint("ARCANA_OTLP_INLINE_SPANS", default=64, minimum=0)
+ARCANA_OTLP_SWEEP_AFTER_SECONDS = envint("ARCANA_OTLP_SWEEP_AFTER_SECONDS", default=60, minimum=1)
+CELERY_BEAT_SCHEDULE["sweep-spans"] = {
+    "task": "traces.tasks.sweep_spans",
+    "schedule": float(ARCANA_UPLOAD_SWEEP_SECONDS),
     "options": {"queue": ARCANA_INGEST_QUEUE},
 }
 

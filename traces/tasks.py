@@ -10,7 +10,7 @@ from celery import shared_task
 from traces import conversations
 from traces.experiments import service as experiments
 from traces.experiments import worker as experiment_worker
-from traces.ingest import uploads
+from traces.ingest import span_queue, spans, uploads
 from traces.instructions import actions as instruction_checks
 from traces.models import Project
 from traces.scores import judges
@@ -156,3 +156,26 @@ def rerun_step(branch_id: int) -> dict[str, Any]:
     from traces.branches import worker as branch_worker
 
     return branch_worker.run_branch(branch_id)
+
+
+@shared_task(
+    name="traces.tasks.derive_spans",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    soft_time_limit=600,
+    time_limit=660,
+)
+def derive_spans(project_id: int) -> dict[str, int]:
+    """Derive the runs of a project's pending OTLP spans (`traces.ingest.spans.do_derive_pending`).
+    Safe to deliver twice: each round derives under the project's span lock only what is pending."""
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        return {"project": project_id, "spans": 0}
+    return {"project": project_id, "spans": spans.do_derive_pending(project)}
+
+
+@shared_task(name="traces.tasks.sweep_spans", ignore_result=True, soft_time_limit=120, time_limit=180)
+def sweep_spans() -> dict[str, int]:
+    """Periodic (Celery beat): a derive task again for projects whose spans stayed pending."""
+    return span_queue.sweep_spans()

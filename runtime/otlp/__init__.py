@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from .._trace import OTLP_PRODUCER
 from ..errors import OtlpBodyTooLargeError, OtlpContentTypeError, OtlpDecodeError, OtlpDependencyError
-from ._conventions import normalize_span
+from ._conventions import normalize_span, run_key_of
 from ._decode import decode_request, encode_response
 from ._events import chat_messages, events_for_run, run_id_for
 from ._run import assemble_run, group_runs
@@ -92,5 +92,6 @@ __all__ = [
     "events_for_run",
     "group_runs",
     "normalize_span",
+    "run_key_of",
     "run_id_for",
 ]

@@ -42,9 +42,18 @@ from . import _indexed as indexed
 from . import _kinds as kinds
 from ._arcana import arcana_attributes
 from ._genai_events import SpanEvents, message_events, read_events
-from ._types import Message, MessagesFormat, NormalizedSpan, Span
+from ._types import Message, MessagesFormat, NormalizedSpan, RunKeySource, Span
 
-__all__ = ["normalize_span"]
+__all__ = ["normalize_span", "run_key_of"]
+
+
+def run_key_of(span: Span) -> tuple[str, RunKeySource]:
+    """The run key `normalize_span` gives the span, and its source, without reading the rest of it
+    (its messages above all): what a server needs to file a span before it derives its run."""
+    attributes = span["attributes"]
+    keys = {k: attributes[k] for k in ("gen_ai.conversation.id", "session.id") if k in attributes}
+    run_key, source, _ = genai.conversation(keys, span["trace_id"])
+    return run_key, source
 
 
 def normalize_span(span: Span) -> NormalizedSpan:

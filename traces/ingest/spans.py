@@ -3,12 +3,20 @@
 `do_ingest_spans(project, spans)`:
 
 1. **Raw first, idempotent.** Each decoded span (`runtime.otlp.Span`) is stored as a `Span` row keyed
-   by `(project, trace_id, span_id)`; a span sent again is stored once (the first copy stays).
-2. **The runs the batch touches, whole.** A run is a conversation (`gen_ai.conversation.id`, else
+   by `(project, trace_id, span_id)`; a span sent again is stored once (the first copy stays). The
+   raw spans are committed before anything is derived from them: a stored span has `run_id` "" until
+   its run is derived (pending).
+2. **Now or on a worker.** A request of at most `ARCANA_OTLP_INLINE_SPANS` new spans derives their
+   runs before it answers, unless another derivation of the project holds its span lock; a larger
+   request, or one that would wait, leaves them to the `derive_spans` task
+   (`traces.ingest.span_queue`), which derives every pending span of the project. The exporter's 200
+   means "stored"; the pages follow within the worker's lag (a burst is absorbed at the raw store's
+   speed, not the derivation's).
+3. **The runs the batch touches, whole.** A run is a conversation (`gen_ai.conversation.id`, else
    `session.id`), else a trace (`runtime.otlp.group_runs`), so a span changes the run of every span
    of its trace and of every trace of its conversation: those spans are read back, and the run is
    assembled from all of them in any order of arrival (`runtime.otlp.assemble_run`).
-3. **Derived events, through the one path.** In one transaction under the project's span lock (two
+4. **Derived events, through the one path.** In one transaction under the project's span lock (two
    batches of one conversation never interleave), each run's events (`runtime.otlp.events_for_run`;
    their step ids are made from span ids, so the same spans give the same events) replace the run's
    previous ones and projections, and `ingest_events` projects and counts them like any producer's:
@@ -16,7 +24,7 @@
    a run whose new spans only append model calls keeps its stored events and gains the new steps'
    (`traces.ingest.span_append`: the same events and rows as deriving it whole). A late span — a child before its parent, an agent span after its children — only
    changes what the run is derived into, so the pages follow.
-4. A trace first seen without its conversation id becomes a run of its own (keyed by the trace id);
+5. A trace first seen without its conversation id becomes a run of its own (keyed by the trace id);
    once a span of it names the conversation, that run is folded into the conversation's and deleted.
 
 Conversation ids are scoped to their project: two projects reusing one id never share a run.
@@ -28,12 +36,24 @@ import json
 import logging
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
+import psycopg
+from django.conf import settings
 from django.db import connection, transaction
 
-from runtime.otlp import NormalizedSpan, assemble_run, events_for_run, group_runs, normalize_span, run_id_for
+from runtime.otlp import (
+    NormalizedSpan,
+    assemble_run,
+    events_for_run,
+    group_runs,
+    normalize_span,
+    run_id_for,
+    run_key_of,
+)
 from runtime.otlp import Span as DecodedSpan
+from traces.ingest import span_queue
 from traces.ingest.deletion import do_delete_run
 from traces.ingest.pipeline import ingest_events
 from traces.ingest.projecting import delete_projections
@@ -63,45 +83,118 @@ class SpanResult:
     duplicates: int = 0
     runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: The new spans' runs were left to a worker (`traces.ingest.span_queue`), not derived here.
+    deferred: bool = False
+
+
+class DerivationBusy(Exception):
+    """Another derivation of the project holds its span lock (`do_derive_runs(wait=False)`)."""
+
+
+_ENCODE = msgspec.json.Encoder()
 
 
 def _body(span: DecodedSpan) -> bytes:
-    return zlib.compress(json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+    """A span as stored: its decoded form as compact JSON (msgspec; `json` for what msgspec cannot
+    write). Not compressed here: the database compresses the column (lz4 on PostgreSQL), which costs
+    a fraction of zlib's time on the request's path."""
+    try:
+        return _ENCODE.encode(span)
+    except (TypeError, OverflowError, msgspec.EncodeError):
+        return json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _span(body: bytes) -> DecodedSpan:
-    span: DecodedSpan = json.loads(zlib.decompress(body))
+    """A stored span read back: JSON, or zlib-compressed JSON (spans stored before bodies were plain)."""
+    span: DecodedSpan = json.loads(body if body[:1] == b"{" else zlib.decompress(body))
     return span
 
 
-def _conversation(normalized: NormalizedSpan) -> str:
-    if normalized["run_key_source"] == "trace_id":
-        return ""
-    return run_id_for(normalized["run_key"])
-
-
 def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
-    """Store `spans` (valid, decoded) for `project` and derive the runs they touch (module docstring)."""
+    """Store `spans` (valid, decoded) for `project`, then derive the runs they touch now or leave them
+    to a worker (module docstring, 3)."""
     result = SpanResult()
     if not spans:
         return result
-    rows: dict[tuple[str, str], Span] = {}
+    # A request that will be left to a worker is filed by its run keys alone; one derived here is
+    # normalized once, now, and its normalized spans are handed to the derivation.
+    inline = len({(s["trace_id"], s["span_id"]) for s in spans}) <= int(settings.ARCANA_OTLP_INLINE_SPANS)
+    rows: dict[tuple[str, str], _Raw] = {}
     read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] = {}
     for s in spans:
         key = (s["trace_id"], s["span_id"])
         if key in rows:
             result.duplicates += 1
             continue
-        normalized = normalize_span(s)
-        body = _body(s)
-        rows[key] = Span(
-            project=project,
-            trace_id=s["trace_id"],
-            span_id=s["span_id"],
-            conversation=_conversation(normalized),
-            body=body,
+        normalized = normalize_span(s) if inline else None
+        run_key, source = (
+            run_key_of(s) if normalized is None else (normalized["run_key"], normalized["run_key_source"])
         )
-        read[key] = (body, normalized)
+        body = _body(s)
+        conversation = "" if source == "trace_id" else run_id_for(run_key)
+        rows[key] = _Raw(s["trace_id"], s["span_id"], conversation, body)
+        if normalized is not None:
+            read[key] = (body, normalized)
+    new = _store_new(project, rows)
+    result.stored = len(new)
+    result.duplicates += len(rows) - len(new)
+    if not new:
+        return result  # every span was stored before: the runs are what they were
+    traces = {row.trace_id for row in new}
+    conversations = {row.conversation for row in new if row.conversation}
+    if not inline:
+        result.deferred = True
+        span_queue.enqueue_derivation(project.pk)
+        return result
+    try:
+        do_derive_runs(project, traces, conversations, result, changed_only=True, read=read, wait=False)
+    except DerivationBusy:
+        result.deferred = True
+        span_queue.enqueue_derivation(project.pk)
+    except Exception:
+        span_queue.enqueue_derivation(project.pk)  # the raw spans are stored: a worker derives them
+        raise
+    return result
+
+
+_INSERT_SPANS = (
+    f"INSERT INTO {Span._meta.db_table} (project_id, trace_id, span_id, conversation, run_id, received_at, body) "
+    "SELECT %s, t, s, c, '', now(), b FROM unnest(%s::text[], %s::text[], %s::text[], %b::bytea[]) AS v(t, s, c, b) "
+    "ON CONFLICT (project_id, trace_id, span_id) DO NOTHING RETURNING trace_id, span_id"
+)
+
+
+class _Raw(NamedTuple):
+    """A span's row before it is stored."""
+
+    trace_id: str
+    span_id: str
+    conversation: str
+    body: bytes
+
+
+def _store_new(project: Project, rows: dict[tuple[str, str], _Raw]) -> list[_Raw]:
+    """The rows inserted, the ones already stored (same trace and span id) skipped: on PostgreSQL one
+    `INSERT … ON CONFLICT DO NOTHING RETURNING`, elsewhere a read of the stored keys and a bulk insert.
+    Committed on return (the raw spans stand whether or not their runs are derived now)."""
+    if not rows:
+        return []
+    if connection.vendor == "postgresql":
+        values = list(rows.values())
+        params = [
+            project.pk,
+            [r.trace_id for r in values],
+            [r.span_id for r in values],
+            [r.conversation for r in values],
+            [r.body for r in values],
+        ]
+        with transaction.atomic():
+            connection.ensure_connection()
+            # psycopg's own cursor, the bodies sent as a binary parameter (`%b`): Django's cursor would
+            # quote them into the statement's text (bytea escaped, then parsed back by PostgreSQL).
+            with psycopg.Cursor(connection.connection) as cursor:
+                cursor.execute(_INSERT_SPANS, params)
+                return [rows[(t, s)] for t, s in cursor.fetchall()]
     with transaction.atomic():
         stored = set(
             Span.objects.filter(project=project, trace_id__in={t for t, _ in rows}).values_list(
@@ -109,13 +202,33 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
             )
         )
         new = [row for key, row in rows.items() if key not in stored]
-        result.duplicates += len(rows) - len(new)
-        Span.objects.bulk_create(new, batch_size=500, ignore_conflicts=True)
-        result.stored = len(new)
-    traces = {t for t, _ in rows}
-    conversations = {row.conversation for row in rows.values() if row.conversation}
-    do_derive_runs(project, traces, conversations, result, changed_only=True, read=read)
-    return result
+        Span.objects.bulk_create(
+            [Span(project=project, **row._asdict()) for row in new], batch_size=500, ignore_conflicts=True
+        )
+    return new
+
+
+def do_derive_pending(project: Project, *, chunk: int = 2000) -> int:
+    """Derive the runs of every pending span of `project` (stored, `run_id` ""), oldest first, `chunk`
+    spans a round, each round its own transaction under the project's span lock (`do_derive_runs`).
+    Returns the number of spans it found pending. Safe to run twice at once: the second waits for
+    the lock and finds the runs derived (nothing gained)."""
+    found = 0
+    last: list[int] = []
+    while True:
+        rows = list(
+            Span.objects.filter(project=project, run_id="")
+            .order_by("pk")
+            .values_list("pk", "trace_id", "conversation")[:chunk]
+        )
+        pks = [pk for pk, _, _ in rows]
+        if not rows or pks == last:
+            if rows:  # derived, yet still pending: never loop on them
+                log.warning("otlp: project %s: %d spans could not be derived", project.pk, len(rows))
+            return found
+        last = pks
+        found += len(rows)
+        do_derive_runs(project, {t for _, t, _ in rows}, {c for _, _, c in rows if c}, changed_only=True)
 
 
 def _closure(project: Project, traces: set[str], conversations: set[str]) -> list[Span]:
@@ -139,7 +252,7 @@ def _closure(project: Project, traces: set[str], conversations: set[str]) -> lis
     return list(Span.objects.filter(project=project, trace_id__in=traces).order_by("pk"))
 
 
-def _lock_spans_of(project: Project) -> None:
+def _lock_spans_of(project: Project, wait: bool = True) -> None:
     """Serialize the derivations of one project's spans: each reads the spans of the runs it touches
     and replaces their events, so two batches of one conversation must not interleave (the later one
     would write the events of the spans it saw before the other's committed). PostgreSQL: a
@@ -147,7 +260,12 @@ def _lock_spans_of(project: Project) -> None:
     has one writer at a time: the first write of the transaction takes it, before any read here."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, project.pk])
+            if wait:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, project.pk])
+                return
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, project.pk])
+            if not cursor.fetchone()[0]:
+                raise DerivationBusy(project.pk)
     else:
         Project.objects.filter(pk=project.pk).update(slug=project.slug)  # takes SQLite's write lock
 
@@ -164,19 +282,21 @@ def do_derive_runs(
     *,
     changed_only: bool = False,
     read: dict[tuple[str, str], tuple[bytes, NormalizedSpan]] | None = None,
+    wait: bool = True,
 ) -> SpanResult:
     """Derive again the runs of these traces and conversations from all their stored spans, in one
     transaction under the project's span lock (`_lock_spans_of`): the spans are read after the lock,
     so every span committed before it is in the runs written. `changed_only`: only the runs that
     gained or lost spans since they were last derived (a span sent again changes nothing). `read`:
     spans normalized already, with the body they were stored with (a stored span whose body is
-    another, sent by someone else first, is read from its row).
+    another, sent by someone else first, is read from its row). `wait=False`: raise `DerivationBusy`
+    instead of waiting when another derivation of the project holds the lock (PostgreSQL).
 
     A run whose new spans only append model calls keeps its stored events and gains the new steps'
     (`span_append`); any other is derived whole: its events and projections replaced."""
     result = result if result is not None else SpanResult()
     with transaction.atomic():
-        _lock_spans_of(project)
+        _lock_spans_of(project, wait)
         rows = _closure(project, set(traces), set(conversations))
         by_key: dict[tuple[str, str], Span] = {(r.trace_id, r.span_id): r for r in rows}
         normalized = [_normalized(r, read or {}) for r in rows]

@@ -11,12 +11,14 @@ from .teams import Project
 class Span(models.Model):
     """One span of an OTLP/HTTP export, keyed by `(project, trace_id, span_id)`: a span sent again is
     stored once. `body` is the span as decoded from the request (`runtime.otlp.Span`: ids, name, times,
-    status, every attribute, event and link, its resource and scope), JSON compressed with zlib.
+    status, every attribute, event and link, its resource and scope) as compact JSON, compressed by the
+    database (lz4 on PostgreSQL); rows stored before that hold zlib-compressed JSON, read alike.
 
     The run a span belongs to is a reading of the spans (`runtime.otlp.group_runs`): `conversation`
     holds the conversation or session id the span itself carries ("" when it carries none, and then
-    its trace decides), `run_id` the run it was last projected into. Both are there to find the spans
-    of a run again; the run's events and projections are derived from the bodies (`traces.ingest.spans`).
+    its trace decides), `run_id` the run it was last projected into ("" while its run is not derived
+    yet: pending). Both are there to find the spans of a run again; the run's events and projections
+    are derived from the bodies (`traces.ingest.spans`).
     """
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="spans")
@@ -36,6 +38,8 @@ class Span(models.Model):
         indexes = [
             models.Index(fields=["project", "conversation"], name="span_conversation_idx"),
             models.Index(fields=["project", "run_id"], name="span_run_idx"),
+            # The spans no run holds yet (pending derivation), for the sweeper.
+            models.Index(fields=["received_at"], condition=models.Q(run_id=""), name="span_pending_idx"),
         ]
 
     def __str__(self) -> str:
