@@ -16,7 +16,7 @@ from traces.dashboard import api as api_dashboard
 from traces.experiments.api import experiment_urls
 from traces.ingest import api as ingest_api
 from traces.instructions import api as api_instructions
-from traces.otlp.api import OtlpTracesView
+from traces.otlp.api import OtlpTracesView, SpanListView
 from traces.runs import api
 from traces.scores import api as api_scores
 from traces.scores import api_judges, api_queues
@@ -32,6 +32,7 @@ urlpatterns = [
     *branch_urls,
     path("ingest", ingest_api.IngestView.as_view(), name="api-ingest"),
     path("otlp/v1/traces", OtlpTracesView.as_view(), name="api-otlp-traces"),
+    path("projects/<id:project_id>/spans", SpanListView.as_view(), name="api-spans"),
     path("uploads", ingest_api.UploadListView.as_view(), name="api-uploads"),
     path("uploads/<id:upload_id>", ingest_api.UploadDetailView.as_view(), name="api-upload"),
     path("runs", api.RunListView.as_view(), name="api-runs"),

@@ -104,7 +104,7 @@ def _body(span: DecodedSpan) -> bytes:
         return json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _span(body: bytes) -> DecodedSpan:
+def stored_span(body: bytes) -> DecodedSpan:
     """A stored span read back: JSON, or zlib-compressed JSON (spans stored before bodies were plain)."""
     span: DecodedSpan = json.loads(body if body[:1] == b"{" else zlib.decompress(body))
     return span
@@ -326,7 +326,7 @@ def _normalized(row: Span, read: dict[tuple[str, str], tuple[bytes, NormalizedSp
     known = read.get((row.trace_id, row.span_id))
     if known is not None and known[0] == body:
         return known[1]
-    return normalize_span(_span(body))
+    return normalize_span(stored_span(body))
 
 
 def _gained(run_id: str, rows: list[Span]) -> bool:

@@ -19,14 +19,19 @@ from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+from django.db.models import QuerySet
 from django.http import HttpResponse
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runtime.otlp import DecodeLimits, OtlpDecodeError, decode_request, encode_response
 from traces import ingest
+from traces.core import access
 from traces.core.api import BaseView, ChunkedBodyMixin, read_limited
 from traces.core.authentication import (
     KEY_CACHE_SECONDS,
@@ -38,6 +43,9 @@ from traces.core.jsonbody import PayloadTooLarge
 from traces.ingest.api import RawBodyParser
 from traces.ingest.ratelimit import IngestRateThrottle
 from traces.ingest.spans import do_ingest_spans
+from traces.models import Span
+from traces.otlp.filters import SpanFilter
+from traces.otlp.serializers import SpanSerializer
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -144,3 +152,19 @@ class OtlpTracesView(ChunkedBodyMixin, BaseView):
 
 def _is_protobuf(request: Request) -> bool:
     return request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower() != JSON
+
+
+class SpanListView(BaseView, generics.ListAPIView[Span]):
+    """The project's raw OTLP spans as stored (the source its runs are derived from), newest first,
+    filtered by `SpanFilter`: `?trace_id=`, `?run_id=`, `?pending=true` (stored, run not derived yet).
+    A span is here as soon as its export was answered 200; its run follows when it is derived."""
+
+    serializer_class = SpanSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = SpanFilter
+
+    def get_queryset(self) -> QuerySet[Span]:
+        project = access.projects(self.request).filter(pk=self.kwargs["project_id"]).first()
+        if project is None:
+            raise NotFound("no such project")
+        return Span.objects.filter(project=project).order_by("-pk")

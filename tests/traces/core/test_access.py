@@ -920,6 +920,7 @@ TABLE: dict[str, list[Case]] = {
     ],
     "api/v1/projects/<project_id>/branches/<branch_id>": [Case("GET", branch_kw, API_READ)],
     "api/v1/projects/<project_id>/dashboard": [Case("GET", proj_only, API_READ)],
+    "api/v1/projects/<project_id>/spans": [Case("GET", proj_only, API_READ)],
     "api/v1/projects/<project_id>/prices": [
         Case("GET", proj_only, API_READ),
         Case(
