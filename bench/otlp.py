@@ -622,8 +622,12 @@ def main() -> None:
     )
     ap.add_argument("--profile", action="store_true", help="cProfile of do_ingest_spans in this process")
     ap.add_argument("--profile-batches", type=int, default=4)
-    ap.add_argument("--derive-workers", type=int, default=1, help="Celery worker processes deriving the spans")
-    ap.add_argument("--derive-wait", type=float, default=300, help="seconds to wait for the derivation after posting")
+    ap.add_argument(
+        "--derive-workers", type=int, default=1, help="Celery worker processes deriving the spans"
+    )
+    ap.add_argument(
+        "--derive-wait", type=float, default=300, help="seconds to wait for the derivation after posting"
+    )
     ap.add_argument("--keep-db", action="store_true", help="keep the benchmark database (dropped by default)")
     args = ap.parse_args()
 
@@ -706,7 +710,9 @@ def main() -> None:
         server.wait(timeout=30)
         worker.wait(timeout=30)
 
-    raw_floor, raw_counts, raw_spread = copy_floor(url, load_id, tables={"traces_span": TABLES["traces_span"]})
+    raw_floor, raw_counts, raw_spread = copy_floor(
+        url, load_id, tables={"traces_span": TABLES["traces_span"]}
+    )
     print(f"\nCOPY floor of the raw spans: the same {raw_counts['traces_span']:,} span rows COPYed from one process: "
           f"{raw_floor:.2f} s (median of {raw_spread}) = {n / raw_floor:,.0f} spans/s; "
           f"stored raw/floor = {t_raw / raw_floor:.2f}x (goal ≤ 2.5x)")  # fmt: skip
