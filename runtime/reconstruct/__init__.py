@@ -37,6 +37,7 @@ Details, the matching rules and the mapping to recorded decisions: docs/guide/re
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -135,12 +136,12 @@ def reconstruct(
     )
 
 
-#: The token counts of the last texts counted by `reconstruct`'s default counter, bounded (entries,
-#: and the length of a text kept): a run is reconstructed again whenever spans of it arrive, and its
-#: earlier messages are the same texts. At most 2,048 texts of 8,192 characters: a few MB at most.
-_COUNTS: OrderedDict[str, int] = OrderedDict()
-_COUNTS_MAX = 2048
-_COUNTED_TEXT_MAX = 8192
+#: The token counts of the last texts counted by `reconstruct`'s default counter, by a 16-byte digest
+#: of the text, bounded: a run is reconstructed again whenever spans of it arrive, and its earlier
+#: messages are the same texts — across the hundreds of conversations a server derives at once. At
+#: most 65,536 counts (a few MB; digesting a text costs a small fraction of counting it).
+_COUNTS: OrderedDict[bytes, int] = OrderedDict()
+_COUNTS_MAX = 65_536
 _COUNTS_LOCK = threading.Lock()
 
 
@@ -148,13 +149,18 @@ def _remembered_count(text: str) -> int:
     """`default_counter().count_text`, remembering the last counts (`_COUNTS`)."""
     from .._tokens import default_counter
 
-    if len(text) > _COUNTED_TEXT_MAX:
-        return default_counter().count_text(text)
+    key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     with _COUNTS_LOCK:
-        n = _COUNTS.get(text)
+        n = _COUNTS.get(key)
         if n is not None:
-            _COUNTS.move_to_end(text)
+            _COUNTS.move_to_end(key)
             return n
+    n = default_counter().count_text(text)
+    with _COUNTS_LOCK:
+        _COUNTS[key] = n
+        if len(_COUNTS) > _COUNTS_MAX:
+            _COUNTS.popitem(last=False)
+    return n
     n = default_counter().count_text(text)
     with _COUNTS_LOCK:
         _COUNTS[text] = n
