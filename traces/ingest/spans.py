@@ -208,7 +208,7 @@ def _store_new(project: Project, rows: dict[tuple[str, str], _Raw]) -> list[_Raw
     return new
 
 
-def do_derive_pending(project: Project, *, chunk: int = 2000) -> int:
+def do_derive_pending(project: Project, *, chunk: int = 500) -> int:
     """Derive the runs of every pending span of `project` (stored, `run_id` ""), oldest first, `chunk`
     spans a round, each round its own transaction under the project's span lock (`do_derive_runs`).
     Returns the number of spans it found pending. Safe to run twice at once: the second waits for
