@@ -3,7 +3,7 @@ PostgreSQL, against the COPY floor of the same rows and against Arize Phoenix's 
 
     .venv/bin/python bench/otlp.py                               # ours + Phoenix on PostgreSQL and SQLite
     .venv/bin/python bench/otlp.py --phoenix none --spans 5000   # ours only
-    .venv/bin/python bench/otlp.py --profile                     # + cProfile of do_ingest_spans in-process
+    .venv/bin/python bench/otlp.py --profile                     # + cProfile of the store and the derivation in-process
     BENCH_DATABASE_URL=postgres://postgres@127.0.0.1:5432/arcana_otlp_bench .venv/bin/python bench/otlp.py
     PHOENIX_BIN=/tmp/phoenix-venv/bin/phoenix                    # where `phoenix` is (a venv of its own)
 
@@ -19,17 +19,23 @@ before the clock starts. `--clients` threads post them with `http.client` (a new
 request, as the exporter's `requests` session does after a sync worker closes it), so the client's
 CPU stays low on the two shared cores.
 
+A real Celery worker (`--derive-workers` processes, on a queue of the bench's own) derives the runs
+of the requests that left their spans to it (every request of more than `ARCANA_OTLP_INLINE_SPANS`).
+
 Printed (measured in one sitting; nothing asserted):
-1. ours: spans/s from the first POST to the last 200, and to every step being visible (the rows the
-   read API serves, counted in the database and checked through `GET /api/v1/projects/<id>/runs/<id>`);
-2. the COPY floor: every row the ingest wrote for those spans (raw `Span` rows and the derived events,
-   runs, turns and steps) COPYed from this one process into empty copies of the tables, median of
-   three; ingest/floor;
+1. ours: spans/s from the first POST until every span is stored (the raw `Span` rows, which
+   `GET /api/v1/projects/<id>/spans` serves; "persisted", as Phoenix's figure is its `spans` table),
+   and until every step is derived (the rows the run API serves, counted in the database and checked
+   through `GET /api/v1/projects/<id>/runs/<id>`);
+2. the COPY floors: the raw `Span` rows alone, and every row the ingest wrote for those spans (spans
+   and the derived events, runs, turns and steps), COPYed from this one process into empty copies of
+   the tables, median of three; stored/floor and derived/floor;
 3. Phoenix (`--phoenix postgres,sqlite`): `phoenix serve` on a loopback port with PostgreSQL
    (`PHOENIX_SQL_DATABASE_URL`) or SQLite (`PHOENIX_WORKING_DIR`), the first `--phoenix-spans` of the
    same bodies from the same client: accepted spans/s (posting) and persisted spans/s (its `spans`
    table polled until it holds them all, bounded by `--phoenix-wait`), and our persisted figure / its;
-4. the web workers' RSS (psutil, every 0.2 s during our load): first third against last third;
+4. the web workers' and the Celery worker's RSS (psutil, every 0.2 s during our load): first third
+   against last third;
 5. bytes stored per span against the protobuf bytes received per span, table by table.
 """
 
@@ -432,8 +438,8 @@ def stored_bytes(url: str, project_id: int) -> dict[str, tuple[int, int]]:
 
 
 def profile(projects: list[Any], spans: list[Any], batches: int) -> None:
-    """`do_ingest_spans` in this process on `batches` batches (decoded as the view does), one at a time:
-    once timed, with each SQL statement's wall time summed by its kind (the first words), and once
+    """`do_ingest_spans` in this process on `batches` batches (decoded as the view does), one at a time,
+    each followed by `do_derive_pending` (what the worker does with a batch left to it): once timed, with each SQL statement's wall time summed by its kind (the first words), and once
     more (other spans' copy, another project) under cProfile."""
     import re
 
@@ -441,7 +447,11 @@ def profile(projects: list[Any], spans: list[Any], batches: int) -> None:
 
     from runtime.otlp import decode_request
     from traces import ingest
-    from traces.ingest.spans import do_ingest_spans
+    from traces.ingest.spans import do_derive_pending, do_ingest_spans
+
+    def store_and_derive(project: Any, batch: list[Any]) -> None:
+        do_ingest_spans(project, batch)
+        do_derive_pending(project)
 
     bodies = encode_bodies(spans)[:batches]
     decoded = [decode_request(b, "application/x-protobuf") for b, _ in bodies]
@@ -461,11 +471,11 @@ def profile(projects: list[Any], spans: list[Any], batches: int) -> None:
     with connection.execute_wrapper(timed_sql):
         for d in decoded:
             with ingest.collector_paused():
-                do_ingest_spans(projects[0], d.spans)
+                store_and_derive(projects[0], d.spans)
     secs = time.perf_counter() - t0
     sql_s = sum(sum(v) for v in by_sql.values())
     calls = sum(len(v) for v in by_sql.values())
-    print(f"\nprofile: do_ingest_spans in one process, one batch at a time, {n:,} spans in {len(bodies)} batches: "
+    print(f"\nprofile: do_ingest_spans + do_derive_pending in one process, one batch at a time, {n:,} spans in {len(bodies)} batches: "
           f"{secs:.2f} s = {n / secs:,.0f} spans/s; SQL (Django's cursor, wall incl. PostgreSQL) {sql_s:.2f} s in "
           f"{calls:,} statements ({calls / len(bodies):,.0f} a batch); top statements by wall:")  # fmt: skip
     for key, v in sorted(by_sql.items(), key=lambda kv: -sum(kv[1]))[:12]:
@@ -474,7 +484,7 @@ def profile(projects: list[Any], spans: list[Any], batches: int) -> None:
     prof = cProfile.Profile()
     for d in decoded:
         with ingest.collector_paused():
-            prof.runcall(do_ingest_spans, projects[1], d.spans)
+            prof.runcall(store_and_derive, projects[1], d.spans)
     print("  cProfile (the same spans again into another project), top by own time:")
     out = io.StringIO()
     st = pstats.Stats(prof, stream=out)
