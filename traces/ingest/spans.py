@@ -104,9 +104,18 @@ def _body(span: DecodedSpan) -> bytes:
         return json.dumps(span, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+_DECODE = msgspec.json.Decoder()
+
+
 def stored_span(body: bytes) -> DecodedSpan:
-    """A stored span read back: JSON, or zlib-compressed JSON (spans stored before bodies were plain)."""
-    span: DecodedSpan = json.loads(body if body[:1] == b"{" else zlib.decompress(body))
+    """A stored span read back: JSON, or zlib-compressed JSON (spans stored before bodies were plain).
+    msgspec reads what it wrote; `json` what it cannot (an integer past 64 bits, written by `json`)."""
+    if body[:1] != b"{":
+        body = zlib.decompress(body)
+    try:
+        span: DecodedSpan = _DECODE.decode(body)
+    except msgspec.DecodeError:
+        span = json.loads(body)
     return span
 
 
