@@ -10,11 +10,14 @@ import subprocess
 import threading
 import time
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from traces.ingest import span_queue
 from traces.ingest.spans import do_derive_pending
@@ -170,3 +173,19 @@ def test_the_spans_api_shows_a_pending_span_as_received_and_refuses_a_bad_filter
     assert bad.status_code == 400
     assert "pending" in json.dumps(bad.json())
     assert alice_client.get(f"/api/v1/projects/{project.pk}/spans", {"trace_id": "x" * 40}).status_code == 400
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    param=st.sampled_from(["trace_id", "run_id", "pending", "limit", "offset"]),
+    value=st.text(st.characters(codec="utf-8"), max_size=300)
+    | st.sampled_from(["%00", "%ED%A0%80", "9" * 40]),
+)
+def test_the_spans_api_answers_any_query_with_rows_or_a_400(
+    project: Project, api_client: Client, param: str, value: str
+) -> None:
+    response = api_client.get(f"/api/v1/projects/{project.pk}/spans?{param}={quote(value, safe='%')}")
+
+    assert response.status_code in (200, 400), (param, value, response.content[:300])
+    body = response.json()
+    assert ("results" in body) if response.status_code == 200 else ("error" in body)
