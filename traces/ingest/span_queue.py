@@ -39,21 +39,15 @@ def enqueue_derivation(project_id: int) -> None:
     transaction.on_commit(send)
 
 
-def pending(project_id: int) -> int:
-    """How many of the project's stored spans are not yet derived into a run."""
-    return Span.objects.filter(project_id=project_id, run_id="").count()
-
-
 def sweep_spans() -> dict[str, int]:
     """Send `derive_spans` again for every project with a span pending for longer than
     `ARCANA_OTLP_SWEEP_AFTER_SECONDS` (its message was lost, or its derivation failed)."""
     before = timezone.now() - timedelta(seconds=int(settings.ARCANA_OTLP_SWEEP_AFTER_SECONDS))
-    projects = sorted(
-        set(
-            Span.objects.filter(run_id="", received_at__lt=before)
-            .values_list("project_id", flat=True)
-            .distinct()
-        )
+    projects = list(
+        Span.objects.filter(run_id="", received_at__lt=before)
+        .values_list("project_id", flat=True)
+        .order_by("project_id")
+        .distinct()
     )
     for project_id in projects:
         enqueue_derivation(project_id)

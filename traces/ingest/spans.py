@@ -83,8 +83,6 @@ class SpanResult:
     duplicates: int = 0
     runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    #: The new spans' runs were left to a worker (`traces.ingest.span_queue`), not derived here.
-    deferred: bool = False
 
 
 class DerivationBusy(Exception):
@@ -149,16 +147,14 @@ def do_ingest_spans(project: Project, spans: list[DecodedSpan]) -> SpanResult:
     result.duplicates += len(rows) - len(new)
     if not new:
         return result  # every span was stored before: the runs are what they were
-    traces = {row.trace_id for row in new}
-    conversations = {row.conversation for row in new if row.conversation}
     if not inline:
-        result.deferred = True
         span_queue.enqueue_derivation(project.pk)
         return result
+    traces = {row.trace_id for row in new}
+    conversations = {row.conversation for row in new if row.conversation}
     try:
         do_derive_runs(project, traces, conversations, result, changed_only=True, read=read, wait=False)
     except DerivationBusy:
-        result.deferred = True
         span_queue.enqueue_derivation(project.pk)
     except Exception:
         span_queue.enqueue_derivation(project.pk)  # the raw spans are stored: a worker derives them
