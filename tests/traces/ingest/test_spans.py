@@ -200,3 +200,26 @@ def test_a_later_call_that_changes_an_earlier_step_derives_the_run_again(project
     assert _events(project) == _events(reference)
     assert projection_snapshot(project)["conv-t"] == projection_snapshot(reference)["conv-t"]
     _tallies_agree(project)
+
+
+def _toast_chunks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'traces_span'::regclass")
+        (toast,) = cursor.fetchone()
+        cursor.execute(f"SELECT count(*) FROM {toast}")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="TOAST is PostgreSQL's")
+@pytest.mark.postgres
+def test_a_chat_span_of_seven_kilobytes_is_stored_in_its_row_not_in_toast(project: Project) -> None:
+    words = random.Random(7).choices(["context", "window", "pin", "recall", "turn", "agent", "step"], k=1100)
+    spans = conversation("conv-big", 1, "6b8efff798038103d269b633813fc60c")
+    spans[0]["attributes"]["gen_ai.input.messages"] = json.dumps([_text("user", " ".join(words))])
+    before = _toast_chunks()
+    do_ingest_spans(project, spans)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT octet_length(body) FROM traces_span WHERE project_id = %s", [project.pk])
+        (size,) = cursor.fetchone()
+    assert size > 7000
+    assert _toast_chunks() == before
