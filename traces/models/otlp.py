@@ -11,8 +11,9 @@ from .teams import Project
 class Span(models.Model):
     """One span of an OTLP/HTTP export, keyed by `(project, trace_id, span_id)`: a span sent again is
     stored once. `body` is the span as decoded from the request (`runtime.otlp.Span`: ids, name, times,
-    status, every attribute, event and link, its resource and scope) as compact JSON, compressed by the
-    database (lz4 on PostgreSQL); rows stored before that hold zlib-compressed JSON, read alike.
+    status, every attribute, event and link, its resource and scope) as compact JSON, kept in its row
+    on PostgreSQL up to 8,160 bytes (compressed with lz4 past that); rows stored before that hold
+    zlib-compressed JSON, read alike.
 
     The run a span belongs to is a reading of the spans (`runtime.otlp.group_runs`): `conversation`
     holds the conversation or session id the span itself carries ("" when it carries none, and then
@@ -21,7 +22,12 @@ class Span(models.Model):
     are derived from the bodies (`traces.ingest.spans`).
     """
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="spans")
+    # No index of its own and no database constraint (ingest speed, bench/otlp.py), as `Event`: the
+    # three indexes below lead with the project; the store locks the project row for its transaction
+    # (`traces.ingest.spans`), and deleting a project still deletes its spans (Django's on_delete).
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="spans", db_index=False, db_constraint=False
+    )
     trace_id = models.CharField(max_length=32)
     span_id = models.CharField(max_length=16)
     conversation = models.CharField(max_length=200, blank=True, default="")

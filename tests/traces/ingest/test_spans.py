@@ -223,3 +223,21 @@ def test_a_chat_span_of_seven_kilobytes_is_stored_in_its_row_not_in_toast(projec
         (size,) = cursor.fetchone()
     assert size > 7000
     assert _toast_chunks() == before
+
+
+def test_spans_of_a_project_deleted_before_they_are_stored_are_not_stored(project: Project) -> None:
+    spans = conversation("conv-gone", 2, "7b8efff798038103d269b633813fc60c")
+    pk = project.pk
+    Project.objects.filter(pk=pk).delete()
+    assert do_ingest_spans(project, spans).stored == 0
+    assert not Span.objects.filter(project_id=pk).exists()
+
+
+def test_deleting_a_project_deletes_its_spans(project: Project) -> None:
+    other = Project.objects.create(team=project.team, slug="kept")
+    do_ingest_spans(project, conversation("conv-a", 2, "8b8efff798038103d269b633813fc60c"))
+    do_ingest_spans(other, conversation("conv-a", 2, "8b8efff798038103d269b633813fc60c"))
+    pk = project.pk
+    project.delete()
+    assert not Span.objects.filter(project_id=pk).exists()
+    assert Span.objects.filter(project=other).count() == 2

@@ -1,4 +1,5 @@
-from django.db import migrations
+import django.db.models.deletion
+from django.db import migrations, models
 
 
 def inline_bodies(apps, schema_editor):
@@ -21,5 +22,18 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # The project's own index and database constraint go (the unique and the two other indexes
+        # lead with the project; the store locks the project row once a transaction, not once a row).
+        migrations.AlterField(
+            model_name="span",
+            name="project",
+            field=models.ForeignKey(
+                db_constraint=False,
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="spans",
+                to="traces.project",
+            ),
+        ),
         migrations.RunPython(inline_bodies, default_target),
     ]
