@@ -13,6 +13,7 @@ from traces import ingest
 from traces.dashboard import histograms, rollups
 from traces.models import ALL_AGENTS, DailyRollup, ModelPrice, Project, RollupDay, Run, Step
 
+from ..helpers import our_run
 from ..views_helpers import OUR_RUN, POOL_RUN, ingest_samples
 
 
@@ -158,3 +159,19 @@ def test_two_refreshes_of_one_day_at_once_leave_one_set_of_rows(
     assert DailyRollup.objects.filter(project=project, day=day).count() == 0  # rolled back, both
     assert day in rollups.marked_days(project.pk)  # so the mark stays for the next refresh
     assert rollups.refresh_day(project.pk, day) == len(other)
+
+
+def test_a_batch_that_moves_a_runs_start_marks_the_day_before_and_after(project: Project) -> None:
+    """A late event earlier than the run's start moves the run to another day: both days are marked
+    (on PostgreSQL by the statement that writes the run's counters), and the refresh moves its row."""
+    events = our_run("moved", turns=2, steps=1)
+    events[0]["timestamp"] = "2026-11-28T23:00:00+00:00"
+    assert ingest.ingest_events(project, events[1:], source="api").accepted == len(events) - 1
+    assert rollups.marked_days(project.pk) == [dt.date(2026, 11, 30)]
+    rollups.refresh_marked()
+    assert ingest.ingest_events(project, events[:1], source="api").accepted == 1
+    assert rollups.marked_days(project.pk) == [dt.date(2026, 11, 28), dt.date(2026, 11, 30)]
+    rollups.refresh_marked()
+    assert list(DailyRollup.objects.filter(project=project, agent=ALL_AGENTS).values_list("day", "runs")) == [
+        (dt.date(2026, 11, 28), 1)
+    ]
