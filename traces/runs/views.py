@@ -137,7 +137,6 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx["changes"] = queries.context_changes(run, agent)
     ctx.update(instruction_panel_ctx(run, agent, membership, ctx["changes"]))  # their model checks (issue 35)
     ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
-    ctx["band"] = band.cached_run_band(run, agent)  # issue 37: what filled the context, over the run
     ctx.update(branch_views.branch_links_ctx(run, agent))  # issue 38: branched from / branches made
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
@@ -229,6 +228,18 @@ def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
         return unchanged
     run = access.get_run(request, project_id, run_id)
     return live.tagged(render(request, "traces/_fidelity_map.html", fidelity_ctx(request, run, agent)), tag)
+
+
+@login_required
+@require_GET
+def run_band(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """What filled the context over the run (issue 37), the fragment the overview loads after it is
+    shown: tagged by the run's version and the agent, so asking again is a 304 until the run changed."""
+    agent, tag, unchanged = _poll(request, project_id, run_id, "band")
+    if unchanged:
+        return unchanged
+    run = access.get_run(request, project_id, run_id)
+    return live.tagged(HttpResponse(band.fragment_html(run, agent)), tag)
 
 
 @login_required
