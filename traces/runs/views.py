@@ -40,7 +40,7 @@ from traces.runs.context import (
 from traces.runs.filters import RunFilter
 from traces.scores import summaries as score_summaries
 from traces.scores.views import score_panel_ctx
-from traces.teams.views import current_team_id
+from traces.teams.views import current_team_id, memberships_of
 
 RUNS_PER_PAGE = 50
 
@@ -86,10 +86,10 @@ def runs(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     query.pop("fragment", None)
     rows = list(page.object_list)
-    prices.attach_run_costs(rows)  # issue 37: the Cost column (one grouped query per project)
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
+    prices.attach_run_costs(rows)  # issue 37: the Cost column (kept by each run's state)
     score_summaries.attach(rows)  # the Scores column (issue 36): one query for the page
     ctx: dict[str, Any] = {
         "page": page,
@@ -97,9 +97,6 @@ def runs(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "query": query.urlencode(),
         "any_live": any(r.is_updating for r in rows),
-        # Viewers read runs but may not upload: no button that leads to a refusal. A callable, so the
-        # query runs only where the page shows the button (the list's polls never do).
-        "can_upload": access.projects(request, Action.UPLOAD).exists,
     }
     # The list's version: what its rows show of each run, and how many runs match (traces/runs/live.py).
     ctx["live_etag"] = tag = live.etag(
@@ -109,13 +106,19 @@ def runs(request: HttpRequest) -> HttpResponse:
         page.paginator.count,
     )
     if request.GET.get("fragment") == "list":
+        # The empty list's upload hint: a callable, so its query runs only when the list is empty.
+        ctx["can_upload"] = access.projects(request, Action.UPLOAD).exists
         return live.not_modified(request, tag) or live.tagged(
             render(request, "traces/_runs_table.html", ctx), tag
         )
-    ctx["choices"] = queries.filter_choices(access.runs(request), access.projects(request))
-    ctx["score_names"] = score_summaries.names(access.projects(request))  # the sort's choices (issue 36)
+    ctx["choices"] = choices = queries.filter_choices(access.runs(request), access.projects(request))
+    ctx["score_names"] = choices.score_names  # the sort's choices (issue 36)
     ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
-    ctx["can_start_runs"] = access.projects(request, Action.CONVERSE).exists()
+    # Viewers read runs but may not upload or start runs: no button that leads to a refusal. From the
+    # projects just read and the caller's memberships (read once per request for the header).
+    memberships = memberships_of(request)
+    ctx["can_upload"] = access.allowed_in_any(memberships, choices.projects, Action.UPLOAD)
+    ctx["can_start_runs"] = access.allowed_in_any(memberships, choices.projects, Action.CONVERSE)
     return render(request, "traces/runs.html", ctx)
 
 
