@@ -96,11 +96,6 @@ def run_ctx(request: HttpRequest, run: Run, agent: str) -> dict[str, Any]:
     ctx.update(
         {
             "fmap": charts.fidelity_map(run, agent, start=map_start(request)),
-            # What filled the context: a fragment the page loads (`traces.dashboard.band`), none before
-            # the run's first step.
-            "band_url": (run.band_url() + (f"?{urlencode({'agent': agent})}" if agent else ""))
-            if run.steps
-            else "",
             **notes.run_notes_ctx(run),
             # The live fragment shows the windows this page shows (and the agent's).
             "live_query": urlencode(
