@@ -7,7 +7,8 @@
 2. Ingests it through `traces.ingest.ingest_jsonl` (the upload path) into a fresh SQLite database
    (or `DATABASE_URL` if set) under a temporary `ARCANA_DATA_DIR`.
 3. Times the run overview and a turn page through the Django test client (median of `--repeat`, wall
-   and this process's CPU), and each one's first view (the cache emptied before each request).
+   and this process's CPU), and each one's first view (the cache emptied before each request); the
+   runs list; the context band, a fragment the overview loads after it is shown.
 4. Times the baseline: what Arcana 1.2's `trace serve` does per request — re-read and parse the whole
    JSONL file, then render the run page (summary cards and a flat event table); and, for a turn, the
    CLI's approach (re-read the file, pick the turn's events, print its decision rows).
@@ -341,6 +342,10 @@ def main() -> None:
         # emptied before each request; templates and the connection stay warm).
         ("turn page, first view (no cache)", run.turn_url(mid), cache.clear),
         ("runs list", "/", None),
+        # What filled the context: a fragment the overview loads after it is shown (its own request,
+        # which the reader pays for too): repeat view, and first view since the run last changed.
+        ("context band fragment", f"{run.get_absolute_url()}/band", None),
+        ("context band fragment, first view", f"{run.get_absolute_url()}/band", cache.clear),
     ]:
         ms, cpu_ms, body = median_wall_cpu_ms(lambda url=url: get(url), args.repeat, before)
         rows.append((label, ms, cpu_ms, len(body)))

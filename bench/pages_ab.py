@@ -82,6 +82,12 @@ def main() -> None:
     for label in labels:
         ratios = sorted(b[label][1] / a[label][1] for a, b in zip(results["A"], results["B"], strict=True))
         print(f"  CPU B/A per pair, {label}: " + ", ".join(f"{r:.2f}" for r in ratios))
+    # Lines only one side times (a fragment that side added): its figures, no ratio.
+    for side in ("A", "B"):
+        for label in (k for k in results[side][0] if k not in labels):
+            walls = [r[label][0] for r in results[side]]
+            cpu = statistics.median(r[label][1] for r in results[side])
+            print(f"  only {side}: {label}: wall {statistics.median(walls):.1f} ms, CPU {cpu:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ urlpatterns = [
     path("projects/<id:project_id>/runs/<run_id:run_id>/live", views.run_live, name="run_live"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/labels", views.run_labels, name="run_labels"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/fidelity", views.run_fidelity, name="run_fidelity"),
+    path("projects/<id:project_id>/runs/<run_id:run_id>/band", views.run_band, name="run_band"),
     path("projects/<id:project_id>/runs/<run_id:run_id>/turns/<id:number>", views.turn, name="turn"),
     path(
         "projects/<id:project_id>/runs/<run_id:run_id>/instruction-checks",
@@ -181,6 +182,7 @@ urlpatterns = [
     path("s/<str:token>", views_collab.shared_run, name="shared_run"),
     path("s/<str:token>/live", views_collab.shared_run_live, name="shared_run_live"),
     path("s/<str:token>/fidelity", views_collab.shared_run_fidelity, name="shared_run_fidelity"),
+    path("s/<str:token>/band", views_collab.shared_run_band, name="shared_run_band"),
     path("s/<str:token>/turns/<id:number>", views_collab.shared_turn, name="shared_turn"),
     path("s/<str:token>/turns/<id:number>/live", views_collab.shared_turn_live, name="shared_turn_live"),
 ]

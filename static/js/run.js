@@ -138,6 +138,19 @@
 
   document.querySelectorAll("[data-fmap-container]").forEach(function (c) { init(c); bindWindow(c); });
 
+  // What filled the context: its own fragment, fetched once the page is shown, in place of the link
+  // to it (which stays when the fetch fails or scripts are off).
+  document.querySelectorAll("[data-band-url]").forEach(function (slot) {
+    fetch(slot.getAttribute("data-band-url"), { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) {
+        var tpl = document.createElement("template");
+        tpl.innerHTML = html;
+        slot.replaceWith(tpl.content);
+      })
+      .catch(function () { /* the link stays */ });
+  });
+
   var live = document.querySelector("[data-live-url]");
   if (live && window.ArcanaPoll) {
     window.ArcanaPoll.fragment(live, live.getAttribute("data-live-url"), {

@@ -49,11 +49,13 @@ NOT_PAGES = {
     "traces:run_live",
     "traces:run_labels",
     "traces:run_fidelity",
+    "traces:run_band",  # the context band's fragment, which the run page loads
     "traces:turn_live",
     "traces:legacy_run",
     "traces:legacy_turn",
     "traces:shared_run_live",
     "traces:shared_run_fidelity",
+    "traces:shared_run_band",
     "traces:shared_turn_live",
     "traces:share_link_create",
     "traces:share_link_revoke",

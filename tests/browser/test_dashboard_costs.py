@@ -1,7 +1,7 @@
 """Issue 37 in a real browser, on the demo data (`manage.py setup_demo`, its two conversations played
 by a real Celery worker): the project dashboard whose charts link to the runs behind them, a price
-set by the project's owner and the cost it gives on the run page, a context-composition bar on a turn
-page, and a session with its transcript linking to its turns."""
+set by the project's owner and the cost it gives on the run page, the run page's context band (a
+fragment it loads), a context-composition bar on a turn page, and a session with its transcript linking to its turns."""
 
 from __future__ import annotations
 
@@ -89,6 +89,10 @@ def test_the_demo_dashboard_cost_context_and_sessions(
     page.goto(live_server.url + arcana.get_absolute_url())
     assert page.locator("[data-cost]").inner_text().startswith("cost $")
     shoot(page, "run-cost-laptop")
+    # What filled the context: run.js puts the band's fragment in place of the link to it.
+    page.locator("#ctx-band-title").wait_for()
+    assert page.locator("[data-band-url]").count() == 0
+    assert page.locator("svg.ctx-band a").count() > 0
 
     # A turn page of our runtime's demo chat: a composition bar per step with a decision.
     chat = runs.filter(source="runtime", agents=[]).first()

@@ -13,11 +13,11 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
 
 from runtime.errors import TraceFormatError
 from runtime.rerun import Edit, RerunEditError, StepContext, parse_edits, step_context
 from traces.conversations.providers import SCRIPTED, server_providers
+from traces.core import sqlread
 from traces.models import Branch, Event, Project, Run
 
 #: The task's name on the wire (`traces/tasks.py`).
@@ -146,10 +146,19 @@ def enqueue(branch_id: int) -> None:
 LISTED = 50
 
 
+_LINKS_WHERE = (
+    'WHERE ("traces_branch"."run_id" = %s OR ("traces_branch"."project_id" = %s'
+    ' AND "traces_branch"."branch_run_id" = %s))'
+    ' ORDER BY "traces_branch"."created_at" DESC, "traces_branch"."id" DESC LIMIT %s'
+)
+
+
 def branch_links(run: Run) -> list[Branch]:
     """In one query: the branches made from `run` (newest first, at most `LISTED`) and the branch
     that wrote `run`, when it is a branch run (its original run loaded)."""
-    mine = Q(run=run) | Q(project_id=run.project_id, branch_run_id=run.run_id)
-    return list(
-        Branch.objects.filter(mine).select_related("run").order_by("-created_at", "-id")[: LISTED + 1]
-    )
+    # SQL written once (`traces.core.sqlread`): a run and turn page ask it on every view.
+    rows = sqlread.fetch(Branch, _LINKS_WHERE, [run.pk, run.project_id, run.run_id, LISTED + 1])
+    for b in rows:
+        if b.run_id == run.pk:
+            b.run = run  # the branches made from `run`; the branch that wrote it loads its own
+    return rows

@@ -5,7 +5,7 @@ A shared page is the run overview or a turn page, drawn by the same views' conte
 same templates as the team's pages, with two differences made here and nowhere else:
 
 * `bind_run_to_share(run, token)` makes the run's own URL methods (`get_absolute_url`, `turn_url`,
-  `live_url`, `fidelity_url`, `turn_live_url`) answer with share-scoped addresses, so every link and
+  `live_url`, `fidelity_url`, `band_url`, `turn_live_url`) answer with share-scoped addresses, so every link and
   every polled fragment of the page stays inside `/s/<token>/…`;
 * `redact(ctx)` (hide-content links only) replaces every content string the page would show with its
   size (`[hidden: 1,204 chars]`): first the known content (message text, the model's output, prompt
@@ -152,6 +152,7 @@ def bind_run_to_share(run: Run, token: str) -> Run:
         "turn_url": lambda self, number: reverse("traces:shared_turn", kwargs=kw(number=number)),
         "live_url": lambda self: reverse("traces:shared_run_live", kwargs=kw()),
         "fidelity_url": lambda self: reverse("traces:shared_run_fidelity", kwargs=kw()),
+        "band_url": lambda self: reverse("traces:shared_run_band", kwargs=kw()),
         "turn_live_url": lambda self, number: reverse("traces:shared_turn_live", kwargs=kw(number=number)),
         "api_url": lambda self: "",
         "api_turn_url": lambda self, number: "",

@@ -31,7 +31,7 @@ from traces.collab import notes as notes_service
 from traces.collab import sharing
 from traces.core import access
 from traces.core.authentication import SignedInRequest
-from traces.dashboard import composition, prices
+from traces.dashboard import band, prices
 from traces.dashboard import pages as dashboard_pages
 from traces.models import Action, Membership, Note, Run, ShareLink, membership_of
 from traces.runs import context, live
@@ -58,8 +58,14 @@ def shared_run(request: HttpRequest, token: str) -> HttpResponse:
     ctx = sharing.redact(context.run_ctx(request, run, agent), hide_content=link.hide_content)
     # Cost and what filled the context, as on the team's page: numbers and model names, no trace text.
     ctx["cost"] = prices.run_cost(run)
-    ctx["band"] = composition.run_band(run, agent)
     return _shared(render(request, "traces/run.html", ctx))
+
+
+@require_GET
+def shared_run_band(request: HttpRequest, token: str) -> HttpResponse:
+    """What filled the context, the fragment the shared overview loads: numbers and part names only."""
+    _link, run = access.shared_run(token)
+    return _shared(HttpResponse(band.fragment_html(run, context.agent_for(request, run))))
 
 
 @require_GET

@@ -15,6 +15,7 @@ exists. Inside them, a role too weak for a write is a 403 that says why (`requir
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -62,6 +63,14 @@ def projects(caller: Any, action: str = Action.READ) -> QuerySet[Project]:
     if key is not None:
         return Project.objects.filter(pk=key.project_id)
     return projects_for_user(_user(caller), action)
+
+
+def allowed_in_any(memberships: Iterable[Any], readable: Iterable[Project], action: str) -> bool:
+    """Whether a session caller may do `action` in any of `readable` (their projects, `projects(request)`,
+    already read) by their `memberships` (already read): `projects(request, action).exists()` without a
+    query, by the same rule (`Membership.can`)."""
+    teams = {m.team_id for m in memberships if m.can(action)}
+    return any(p.team_id in teams for p in readable)
 
 
 def runs(caller: Any, action: str = Action.READ) -> QuerySet[Run]:

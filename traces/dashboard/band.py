@@ -5,14 +5,17 @@ byte (tests/traces/dashboard/test_band.py renders those loops as the reference);
 of templates/dashboard/_composition_bar.html. Through the template, the band's ~120 steps of up to nine
 parts, and its table, were most of a long run's overview's render time.
 
-`cached_run_band` keeps a finished run's band (the steps and their parts, not the markup) by the run's
-state (`traces.core.runcache`); the markup is kept with the overview's other lists (run_page_tags).
+The band is its own fragment (`GET …/runs/<run_id>/band`, `/s/<token>/band`), which the overview loads
+after it is shown (`static/js/run.js`; a link to it without scripts): working out a long run's band is
+most of what the overview's first view would cost. `fragment_html` keeps a finished run's drawn band by
+the run's state (`traces.core.runcache`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
 from traces.core.runcache import by_run_state
@@ -32,11 +35,16 @@ _CELL = '<td class="num">{}</td>'
 _ROW_TAIL = '<td class="num">{}</td></tr>'
 
 
-def cached_run_band(run: Any, agent: str) -> dict[str, Any] | None:
-    """`run_band(run, agent)`, kept by the run's state (`traces.core.runcache`) with its agent and turn
-    links, which the band's steps carry."""
+def fragment_html(run: Any, agent: str) -> str:
+    """The band's section (dashboard/_context_band.html; "" when no step has a decision), kept by the
+    run's state with its agent and turn links (a share link's page has its own)."""
     return by_run_state(
-        f"band:{BAND_CACHE_VERSION}", run, (agent, run.turn_url(1)), lambda: run_band(run, agent)
+        f"band-html:{BAND_CACHE_VERSION}",
+        run,
+        (agent, run.turn_url(1)),
+        lambda: render_to_string(
+            "dashboard/_context_band.html", {"run": run, "agent": agent, "band": run_band(run, agent)}
+        ),
     )
 
 

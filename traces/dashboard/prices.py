@@ -13,8 +13,11 @@ from typing import Any
 from django.db.models import Sum
 
 from runtime.pricing import CostSummary, Price, PriceTable
-from traces.core.runcache import by_run_state
+from traces.core import sqlread
+from traces.core.runcache import by_run_state, many_by_run_state
 from traces.models import ModelPrice, Step
+
+_PRICES_WHERE = 'WHERE "traces_modelprice"."project_id" = %s'
 
 
 def _price(row: ModelPrice) -> Price:
@@ -31,7 +34,7 @@ def _price(row: ModelPrice) -> Price:
 def project_table(project_id: int) -> PriceTable:
     """The defaults with the project's own prices over them (one query of a small table: read on
     every page, so a change shows at once on every web process)."""
-    rows = ModelPrice.objects.filter(project_id=project_id)
+    rows = sqlread.fetch(ModelPrice, _PRICES_WHERE, [project_id])  # SQL written once (`traces.core.sqlread`)
     return PriceTable(overrides={row.model: _price(row) for row in rows})
 
 
@@ -60,13 +63,18 @@ def run_models(run_pks: list[int], agent: str | None = None) -> dict[int, list[t
 
 
 def attach_run_costs(runs: list[Any]) -> None:
-    """Give each run of a page (the runs list) `cost_summary`, in one query per project of the page."""
+    """Give each run of a page (the runs list) `cost_summary`: per project of the page its prices (one
+    query) and its runs' tokens per model, kept by each run's state (one grouped query for the others).
+    The runs' conversations are attached already (`Run.is_updating` reads them)."""
     by_project: dict[int, list[Any]] = {}
     for run in runs:
         by_project.setdefault(run.project_id, []).append(run)
     for project_id, group in by_project.items():
         table = project_table(project_id)
-        sums = run_models([r.pk for r in group])
+        # Kept by each run's state, as on its run page (`run_cost`); the rest in one grouped query.
+        sums = many_by_run_state(
+            "models:1", group, (None,), lambda missing: run_models([r.pk for r in missing])
+        )
         for run in group:
             run.cost_summary = table.summarize(sums.get(run.pk, []))
 

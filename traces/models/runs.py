@@ -235,6 +235,10 @@ class Run(models.Model):
         """The fidelity-map fragment (the range control fetches it with `?from=`)."""
         return reverse("traces:run_fidelity", kwargs=self._url_kwargs())
 
+    def band_url(self) -> str:
+        """The context band's fragment (what filled the context over the run), which the overview loads."""
+        return reverse("traces:run_band", kwargs=self._url_kwargs())
+
     def turn_live_url(self, number: int) -> str:
         """The steps fragment a turn page polls while the run is live."""
         return reverse("traces:turn_live", kwargs={**self._url_kwargs(), "number": number})

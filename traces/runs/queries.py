@@ -9,13 +9,16 @@ The fidelity map and pin lanes are laid out by `traces.runs.charts`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Q, QuerySet
 
 from runtime.facts import is_pinned_row, primitive_outcome, rendered_pins
+from traces.core import prepared
 from traces.core.runcache import by_run_state
 from traces.models import (
     ContextDecision,
@@ -23,6 +26,7 @@ from traces.models import (
     PrimitiveEvent,
     Project,
     Run,
+    ScoreConfig,
     Turn,
 )
 from traces.runs.charts import outcome_class, outcome_label
@@ -34,20 +38,15 @@ class FilterChoices:
     models: list[str]
     agents: list[str]
     tags: list[str] = field(default_factory=list)
+    score_names: list[str] = field(default_factory=list)  # the sort's choices (issue 36)
 
 
 def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> FilterChoices:
-    """Values offered by the filter selects for these runs and projects, the caller's (three small
-    queries, capped)."""
+    """Values offered by the filter selects for these runs (those of `projects_qs`, the caller's) and
+    projects: the projects (one query), the tags (one bounded query: a run's tags change with its labels,
+    which leave its `updated_at` alone) and the models, agents and score names (`score_names`), kept
+    while the projects' runs and score configs are unchanged (`_choices_stamp`: one query)."""
     projects = list(projects_qs.select_related("team").order_by("team__name", "slug"))
-    models = list(runs.exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:100])
-    agents = list(
-        Turn.objects.filter(run__in=runs)
-        .exclude(agent="")
-        .order_by("agent")
-        .values_list("agent", flat=True)
-        .distinct()[:100]
-    )
     # The tags the form suggests: those of the newest runs that have any (a bounded read, not a scan).
     tags: set[str] = set()
     for label_tags, trace_tags in (
@@ -56,7 +55,50 @@ def filter_choices(runs: QuerySet[Run], projects_qs: QuerySet[Project]) -> Filte
         .values_list("label_tags", "tags")[:500]
     ):
         tags.update(label_tags if label_tags is not None else trace_tags or [])
-    return FilterChoices(projects=projects, models=models, agents=agents, tags=sorted(tags)[:200])
+    ids = sorted(p.pk for p in projects)
+    key = ""
+    if ids:
+        text = f"{ids}:{_choices_stamp(ids)}"
+        key = f"arcana:choices:{CHOICES_CACHE_VERSION}:{hashlib.sha256(text.encode()).hexdigest()}"
+        cached = cache.get(key)
+        if isinstance(cached, tuple) and len(cached) == 3:
+            models, agents, names = cached
+            return FilterChoices(projects, models, agents, sorted(tags)[:200], names)
+    models = list(runs.exclude(model="").order_by("model").values_list("model", flat=True).distinct()[:100])
+    agents = list(
+        Turn.objects.filter(run__in=runs)
+        .exclude(agent="")
+        .order_by("agent")
+        .values_list("agent", flat=True)
+        .distinct()[:100]
+    )
+    names = sorted(set(ScoreConfig.objects.filter(project_id__in=ids).values_list("name", flat=True)))
+    if key:
+        cache.set(key, (models, agents, names), CHOICES_CACHE_SECONDS)
+    return FilterChoices(projects, models, agents, sorted(tags)[:200], names)
+
+
+#: Bumped when the kept choices' shape changes.
+CHOICES_CACHE_VERSION = 1
+CHOICES_CACHE_SECONDS = 3600
+
+
+def _choices_stamp(project_ids: list[int]) -> tuple[Any, ...]:
+    """What moves whenever the projects' models, agents or score names may have changed: their runs'
+    count, newest `updated_at` (ingestion and `rebuild_projections` set it on every change) and highest
+    id, and their score configs' count and highest id. One query, its SQL written once per length."""
+    marks = ", ".join(["%s"] * len(project_ids))
+    sql = (
+        f'SELECT (SELECT COUNT(*) FROM "traces_run" WHERE "project_id" IN ({marks})),'  # noqa: S608
+        f' (SELECT MAX("updated_at") FROM "traces_run" WHERE "project_id" IN ({marks})),'
+        f' (SELECT MAX("id") FROM "traces_run" WHERE "project_id" IN ({marks})),'
+        f' (SELECT COUNT(*) FROM "traces_scoreconfig" WHERE "project_id" IN ({marks})),'
+        f' (SELECT MAX("id") FROM "traces_scoreconfig" WHERE "project_id" IN ({marks}))'
+    )
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, project_ids * 5)
+        row = cursor.fetchone()
+    return tuple(str(v) for v in row)
 
 
 def is_pin_decision(d: Mapping[str, Any]) -> bool:

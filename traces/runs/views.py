@@ -40,7 +40,7 @@ from traces.runs.context import (
 from traces.runs.filters import RunFilter
 from traces.scores import summaries as score_summaries
 from traces.scores.views import score_panel_ctx
-from traces.teams.views import current_team_id
+from traces.teams.views import current_team_id, memberships_of
 
 RUNS_PER_PAGE = 50
 
@@ -86,10 +86,10 @@ def runs(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     query.pop("fragment", None)
     rows = list(page.object_list)
-    prices.attach_run_costs(rows)  # issue 37: the Cost column (one grouped query per project)
     # A conversation's run between two turns is live although its last event says "completed", as on
     # its run page (Run.is_updating): the rows' conversations come in one query, not one per row.
     live.attach_conversations(rows)
+    prices.attach_run_costs(rows)  # issue 37: the Cost column (kept by each run's state)
     score_summaries.attach(rows)  # the Scores column (issue 36): one query for the page
     ctx: dict[str, Any] = {
         "page": page,
@@ -97,9 +97,6 @@ def runs(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "query": query.urlencode(),
         "any_live": any(r.is_updating for r in rows),
-        # Viewers read runs but may not upload: no button that leads to a refusal. A callable, so the
-        # query runs only where the page shows the button (the list's polls never do).
-        "can_upload": access.projects(request, Action.UPLOAD).exists,
     }
     # The list's version: what its rows show of each run, and how many runs match (traces/runs/live.py).
     ctx["live_etag"] = tag = live.etag(
@@ -109,13 +106,19 @@ def runs(request: HttpRequest) -> HttpResponse:
         page.paginator.count,
     )
     if request.GET.get("fragment") == "list":
+        # The empty list's upload hint: a callable, so its query runs only when the list is empty.
+        ctx["can_upload"] = access.projects(request, Action.UPLOAD).exists
         return live.not_modified(request, tag) or live.tagged(
             render(request, "traces/_runs_table.html", ctx), tag
         )
-    ctx["choices"] = queries.filter_choices(access.runs(request), access.projects(request))
-    ctx["score_names"] = score_summaries.names(access.projects(request))  # the sort's choices (issue 36)
+    ctx["choices"] = choices = queries.filter_choices(access.runs(request), access.projects(request))
+    ctx["score_names"] = choices.score_names  # the sort's choices (issue 36)
     ctx["has_any_run"] = page.paginator.count > 0 or scope.exists()
-    ctx["can_start_runs"] = access.projects(request, Action.CONVERSE).exists()
+    # Viewers read runs but may not upload or start runs: no button that leads to a refusal. From the
+    # projects just read and the caller's memberships (read once per request for the header).
+    memberships = memberships_of(request)
+    ctx["can_upload"] = access.allowed_in_any(memberships, choices.projects, Action.UPLOAD)
+    ctx["can_start_runs"] = access.allowed_in_any(memberships, choices.projects, Action.CONVERSE)
     return render(request, "traces/runs.html", ctx)
 
 
@@ -137,7 +140,6 @@ def run(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
     ctx["changes"] = queries.context_changes(run, agent)
     ctx.update(instruction_panel_ctx(run, agent, membership, ctx["changes"]))  # their model checks (issue 35)
     ctx["cost"] = prices.run_cost(run)  # issue 37: the run's cost by model, all agents
-    ctx["band"] = band.cached_run_band(run, agent)  # issue 37: what filled the context, over the run
     ctx.update(branch_views.branch_links_ctx(run, agent))  # issue 38: branched from / branches made
     if "tp" not in request.GET:  # the live fragment shows the timeline's last page, as this page does
         ctx["live_etag"] = live.run_tag(run, "run", agent)
@@ -229,6 +231,18 @@ def run_fidelity(request: HttpRequest, project_id: int, run_id: str) -> HttpResp
         return unchanged
     run = access.get_run(request, project_id, run_id)
     return live.tagged(render(request, "traces/_fidelity_map.html", fidelity_ctx(request, run, agent)), tag)
+
+
+@login_required
+@require_GET
+def run_band(request: HttpRequest, project_id: int, run_id: str) -> HttpResponse:
+    """What filled the context over the run (issue 37), the fragment the overview loads after it is
+    shown: tagged by the run's version and the agent, so asking again is a 304 until the run changed."""
+    agent, tag, unchanged = _poll(request, project_id, run_id, "band")
+    if unchanged:
+        return unchanged
+    run = access.get_run(request, project_id, run_id)
+    return live.tagged(HttpResponse(band.fragment_html(run, agent)), tag)
 
 
 @login_required

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from traces.core import access
+from traces.core import access, sqlread
 from traces.models import (
     Action,
     Judge,
@@ -65,12 +65,15 @@ def scores_url(project: Project | int) -> str:
 # On the run and turn pages
 
 
+_CONFIGS_WHERE = 'WHERE "traces_scoreconfig"."project_id" = %s ORDER BY "traces_scoreconfig"."name"'
+
+
 def score_panel_ctx(
     run: Run, membership: Membership | None, *, agent: str = "", turn: int | None = None
 ) -> dict[str, Any]:
     """The scores of the run (or of one turn of `agent`) and, for members, the form's inputs."""
     where: dict[str, Any] = {} if turn is None else {"agent": agent, "turn_number": turn}
-    every = list(ScoreConfig.objects.filter(project_id=run.project_id))
+    every = sqlread.fetch(ScoreConfig, _CONFIGS_WHERE, [run.project_id])  # SQL written once
     configs = [c for c in every if not c.archived]
     can_score = membership is not None and membership.can(Action.SCORE)
     form_id = "turn-score" if turn is not None else "run-score"

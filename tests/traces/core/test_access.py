@@ -428,6 +428,7 @@ TABLE: dict[str, list[Case]] = {
         Case("POST", run_kw, E(302, 404, 403, 302, 302, 302), data=lambda w: {"name": "x", "tags": "a b"}),
     ],
     "projects/<project_id>/runs/<run_id>/fidelity": [Case("GET", run_kw, PAGE_READ)],
+    "projects/<project_id>/runs/<run_id>/band": [Case("GET", run_kw, PAGE_READ)],
     "projects/<project_id>/runs/<run_id>/turns/<number>": [Case("GET", turn_kw, PAGE_READ)],
     # Lost instructions checked by a model (issue 35): members start checks; viewers read verdicts.
     "projects/<project_id>/runs/<run_id>/instruction-checks": [
@@ -808,6 +809,7 @@ TABLE: dict[str, list[Case]] = {
     ],
     "s/<token>/live": [Case("GET", share_kw, SHARED)],
     "s/<token>/fidelity": [Case("GET", share_kw, SHARED)],
+    "s/<token>/band": [Case("GET", share_kw, SHARED)],
     "s/<token>/turns/<number>": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
     "s/<token>/turns/<number>/live": [Case("GET", lambda w: {**share_kw(w), "number": 1}, SHARED)],
     # API

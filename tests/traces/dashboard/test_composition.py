@@ -52,11 +52,18 @@ def test_a_recorded_decision_splits_by_role_pins_and_recalls(project: Project, a
         == ContextDecision.objects.filter(run=run, turn_number=2).count()
     )
     assert "recalled turns" in page or "pins" in page
+    # The overview links the band's fragment (run.js puts it in place), which draws the band.
     overview = alice_client.get(run.get_absolute_url()).content.decode()
-    assert 'id="ctx-band-title"' in overview
+    assert f'data-band-url="{run.band_url()}"' in overview and 'id="ctx-band-title"' not in overview
+    fragment = alice_client.get(run.band_url())
+    assert fragment.status_code == 200 and fragment.has_header("ETag")
+    drawn = fragment.content.decode()
+    assert 'id="ctx-band-title"' in drawn
     band = run_band(run, "")
     assert band is not None and len(band["steps"]) == len(decisions)
-    assert f'href="{band["steps"][0].href}"' in overview
+    assert f'href="{band["steps"][0].href}"' in drawn
+    again = alice_client.get(run.band_url(), HTTP_IF_NONE_MATCH=fragment["ETag"])
+    assert again.status_code == 304
 
 
 def test_a_recall_result_is_told_apart_by_the_prompt_snapshot(

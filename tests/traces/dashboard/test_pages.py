@@ -104,7 +104,12 @@ def test_share_link_pages_show_cost_as_the_teams_pages_do(
         team = alice_client.get(run.get_absolute_url()).content.decode()
         badge = re.search(r'<span class="cost" data-cost>.*?</span></span>', team)
         assert badge is not None and badge.group(0) in shared
-        assert ('id="ctx-band-title"' in team) == ('id="ctx-band-title"' in shared)
+        # The band's fragment: the same bars, under the share link's own addresses.
+        team_band = alice_client.get(run.band_url()).content.decode()
+        shared_band = Client().get(sharing.share_url(token) + "/band").content.decode()
+        assert ('id="ctx-band-title"' in team_band) == ('id="ctx-band-title"' in shared_band)
+        assert team_band.count("<rect") == shared_band.count("<rect")
+        assert "/s/" not in team_band and (run.get_absolute_url() not in shared_band)
     shared_turn = Client().get(sharing.share_url(token) + "/turns/1").content.decode()
     team_turn = alice_client.get(arcana.turn_url(1)).content.decode()
     assert shared_turn.count("data-step-cost") == team_turn.count("data-step-cost") > 0

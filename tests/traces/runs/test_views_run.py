@@ -126,9 +126,9 @@ def test_it_reads_a_run_in_a_bounded_number_of_queries(
     # +1 for the caller's teams (the header's team switcher and the delete-run form read them once);
     # +3 for review notes: the run's notes, the caller's role (note and share forms), its share links;
     # +1 for its compactions and lost instructions; +2 for scores (the configs, the run's scores);
-    # +2 for the run's cost (the project's prices, its steps' tokens per model); +2 for the context band;
-    # +1 for its branches (issue 38: the branch it is, the branches made from it).
-    with django_assert_max_num_queries(26):
+    # +2 for the run's cost (the project's prices, its steps' tokens per model); the context band is a
+    # fragment of its own (`…/band`); +1 for its branches (issue 38: the branch it is, those made from it).
+    with django_assert_max_num_queries(24):
         r = alice_client.get(run_path(PIN_RUN))
     assert r.status_code == 200
 
