@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from traces.models import Run
-from traces.runs.filters import ScoreConditionsField, with_aliases
+from traces.runs.filters import ScoreConditionsField, check_filter_day, with_aliases
 from traces.scores.expressions import Condition
 
 #: The default range: the last 30 days, today included.
@@ -29,8 +29,12 @@ MAX_DAYS = 400
 
 
 class DashboardForm(forms.Form):
-    started_after = forms.DateField(required=False, help_text="first day (UTC), included")
-    started_before = forms.DateField(required=False, help_text="the day after the last (UTC), excluded")
+    started_after = forms.DateField(
+        required=False, validators=[check_filter_day], help_text="first day (UTC), included"
+    )
+    started_before = forms.DateField(
+        required=False, validators=[check_filter_day], help_text="the day after the last (UTC), excluded"
+    )
     agent = forms.CharField(required=False, max_length=200, help_text="a pool agent")
     model = forms.CharField(required=False, max_length=200, help_text="the run's model")
     source = forms.ChoiceField(required=False, choices=[("", "any"), *Run.Source.choices])

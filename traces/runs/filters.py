@@ -61,6 +61,19 @@ class FlagField(forms.Field):
         raise forms.ValidationError("true or false (1 or 0)")
 
 
+#: Filter dates stay far from the calendar's ends, so that the pages' arithmetic on them (the day
+#: before, a dashboard window of 400 days, UTC offsets) stays a date.
+FIRST_YEAR, LAST_YEAR = 1000, 9000
+
+
+def check_filter_day(day: dt.date) -> None:
+    """A validator of filter dates: in the years `FIRST_YEAR`–`LAST_YEAR`."""
+    if not FIRST_YEAR <= day.year <= LAST_YEAR:
+        raise forms.ValidationError(
+            "a date in the years %(first)s to %(last)s", params={"first": FIRST_YEAR, "last": LAST_YEAR}
+        )
+
+
 class InstantField(forms.Field):
     """An ISO 8601 date-time (without an offset, in the server's time zone) or a date (its start)."""
 
@@ -78,6 +91,8 @@ class InstantField(forms.Field):
                 parsed.astimezone(dt.UTC)  # the database compares in UTC: it must stay in years 1-9999
         except (ValueError, OverflowError):  # "2026-13-01", "9999-12-31T23:00-05:00"
             parsed = None
+        if parsed is not None:
+            check_filter_day(parsed.date())
         if parsed is None:
             # The value goes in as a parameter: django-filter formats the message with `%`.
             raise forms.ValidationError(

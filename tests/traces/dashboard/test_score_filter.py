@@ -118,3 +118,16 @@ def test_a_bad_score_condition_is_left_out_on_the_page_and_a_400_in_the_api(
     f, _ = resolve({"score": "helpfulness>=4; tone=curt"})
     assert f.score_text == "helpfulness>=4;tone=curt"
     assert figures.figures(scored.pk, f).total.runs == 0  # no run has a tone score
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"started_before": "0001-01-01"}, {"started_after": "9999-12-31"}, {"started_after": "0001-01-01"}],
+)
+def test_a_date_at_the_calendars_end_is_left_out_on_the_page_and_a_400_in_the_api(
+    scored: Project, alice_client: Client, api_client: Client, params: dict[str, str]
+) -> None:
+    page = alice_client.get(reverse("traces:dashboard", kwargs={"project_id": scored.pk}), params)
+    assert page.status_code == 200
+    r = api_client.get(reverse("api-dashboard", kwargs={"project_id": scored.pk}), params)
+    assert r.status_code == 400 and "years 1000 to 9000" in r.content.decode()

@@ -204,7 +204,9 @@ def test_a_later_call_that_changes_an_earlier_step_derives_the_run_again(project
 
 def _toast_chunks() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'traces_span'::regclass")
+        cursor.execute(
+            "SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'traces_span'::regclass"
+        )
         (toast,) = cursor.fetchone()
         cursor.execute(f"SELECT count(*) FROM {toast}")
         return int(cursor.fetchone()[0])

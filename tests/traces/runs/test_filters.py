@@ -80,6 +80,8 @@ def test_the_pages_old_names_are_aliases(samples: Project, alice_client: Client,
         ("has_pins=maybe", "has_pins"),
         ("started_after=yesterday", "started_after"),
         ("started_before=9999-12-31T23:00:00-05:00", "started_before"),
+        ("started_before=0001-01-01", "started_before"),  # the page's "last day" would be before year 1
+        ("started_after=9999-12-31", "started_after"),
         ("source=elsewhere", "source"),
         ("agent=" + "a" * 201, "agent"),
     ],
