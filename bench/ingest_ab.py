@@ -21,11 +21,10 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
+from _ab import alternate, bench_stdout
 
 #: `(a) small events: 50,000 events in 6.10 s = 8,197 events/s (the clients' CPU 0.31 s)`
 MIX_A = re.compile(r"^\(a\) small events: .* = (?P<rate>[\d,]+) events/s")
@@ -44,18 +43,7 @@ def fresh_database(url: str) -> None:
 
 def run_once(checkout: Path, url: str, extra: list[str]) -> dict[str, float]:
     """One `bench/ingest.py` process in `checkout` on the database `url`: figure → rate."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "BENCH_DATABASE_URL": url}
-    for name in ("DJANGO_SETTINGS_MODULE", "ARCANA_DATA_DIR", "DATABASE_URL"):
-        env.pop(name, None)
-    (checkout / "var").mkdir(exist_ok=True)
-    out = subprocess.run(
-        [sys.executable, str(checkout / "bench" / "ingest.py"), *extra],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = bench_stdout(checkout, "ingest.py", extra, {"BENCH_DATABASE_URL": url})
     found: dict[str, float] = {}
     for line in out.splitlines():
         if m := MIX_A.match(line):
@@ -83,17 +71,15 @@ def main() -> None:
     args = parser.parse_args()
     extra = [*DEFAULT_ARGS, *args.rest]
     urls = {"A": f"{args.db_prefix}_a", "B": f"{args.db_prefix}_b"}
-    results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    order = [("A", "B"), ("B", "A")]
-    for i in range(args.pairs):
-        for side in order[i % 2]:
-            if not args.keep or not results[side]:
-                fresh_database(urls[side])
-            checkout = args.a if side == "A" else args.b
-            found = run_once(checkout.resolve(), urls[side], extra)
-            results[side].append(found)
-            rates = ", ".join(f"{k} {v:,.0f}" for k, v in found.items())
-            print(f"  run {i + 1}/{args.pairs} {side}: {rates}", file=sys.stderr, flush=True)
+
+    def run(side: str) -> dict[str, float]:
+        if not args.keep or side not in started:
+            fresh_database(urls[side])
+            started.add(side)
+        return run_once((args.a if side == "A" else args.b).resolve(), urls[side], extra)
+
+    started: set[str] = set()
+    results = alternate(args.pairs, run, lambda found: ", ".join(f"{k} {v:,.0f}" for k, v in found.items()))
     load = os.getloadavg()
     print(
         f"A = {args.a}, B = {args.b}; {args.pairs} runs each (A,B,B,A,…), bench/ingest.py {' '.join(extra)}"

@@ -13,12 +13,11 @@ speed drifts: the alternation spreads the drift over both sides.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from _ab import alternate, bench_stdout
 
 #: `  run overview (last window)   19.1 ms   259 KB   CPU    16.3 ms`
 LINE = re.compile(r"^\s{2}(?P<label>\S.*?)\s+(?P<ms>[\d.]+) ms\s+(?P<kb>\d+) KB\s+CPU\s+(?P<cpu>[\d.]+) ms$")
@@ -26,17 +25,7 @@ LINE = re.compile(r"^\s{2}(?P<label>\S.*?)\s+(?P<ms>[\d.]+) ms\s+(?P<kb>\d+) KB\
 
 def run_once(checkout: Path, extra: list[str]) -> dict[str, tuple[float, float, int]]:
     """One `bench/pages.py` process in `checkout`: label → (wall ms, CPU ms, KB)."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    env.pop("ARCANA_DATA_DIR", None)
-    out = subprocess.run(
-        [sys.executable, str(checkout / "bench" / "pages.py"), *extra],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = bench_stdout(checkout, "pages.py", extra)
     found = {}
     for line in out.splitlines():
         m = LINE.match(line)
@@ -55,13 +44,9 @@ def main() -> None:
     parser.add_argument("rest", nargs="*", help="further bench/pages.py arguments (after --)")
     args = parser.parse_args()
     extra = ["--repeat", str(args.repeat), *args.rest]
-    results: dict[str, list[dict[str, tuple[float, float, int]]]] = {"A": [], "B": []}
-    order = [("A", "B"), ("B", "A")]
-    for i in range(args.pairs):
-        for side in order[i % 2]:
-            checkout = args.a if side == "A" else args.b
-            results[side].append(run_once(checkout.resolve(), extra))
-            print(f"  run {i + 1}/{args.pairs} {side} done", file=sys.stderr, flush=True)
+    results = alternate(
+        args.pairs, lambda side: run_once((args.a if side == "A" else args.b).resolve(), extra)
+    )
     labels = [k for k in results["A"][0] if k in results["B"][0]]
     print(
         f"A = {args.a}, B = {args.b}; {args.pairs} runs each (A,B,B,A,…), medians of {args.repeat} requests"
@@ -86,8 +71,8 @@ def main() -> None:
     for side in ("A", "B"):
         for label in (k for k in results[side][0] if k not in labels):
             walls = [r[label][0] for r in results[side]]
-            cpu = statistics.median(r[label][1] for r in results[side])
-            print(f"  only {side}: {label}: wall {statistics.median(walls):.1f} ms, CPU {cpu:.1f} ms")
+            cpu_ms = statistics.median(r[label][1] for r in results[side])
+            print(f"  only {side}: {label}: wall {statistics.median(walls):.1f} ms, CPU {cpu_ms:.1f} ms")
 
 
 if __name__ == "__main__":
