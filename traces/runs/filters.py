@@ -61,13 +61,13 @@ class FlagField(forms.Field):
         raise forms.ValidationError("true or false (1 or 0)")
 
 
-#: Filter dates stay far from the calendar's ends, so that the pages' arithmetic on them (the day
-#: before, a dashboard window of 400 days, UTC offsets) stays a date.
+#: The dashboard's days stay far from the calendar's ends, so that its arithmetic on them (the day
+#: before, a window of 400 days) stays a date.
 FIRST_YEAR, LAST_YEAR = 1000, 9000
 
 
 def check_filter_day(day: dt.date) -> None:
-    """A validator of filter dates: in the years `FIRST_YEAR`–`LAST_YEAR`."""
+    """A validator of the dashboard's days: in the years `FIRST_YEAR`–`LAST_YEAR`."""
     if not FIRST_YEAR <= day.year <= LAST_YEAR:
         raise forms.ValidationError(
             "a date in the years %(first)s to %(last)s", params={"first": FIRST_YEAR, "last": LAST_YEAR}
@@ -91,8 +91,6 @@ class InstantField(forms.Field):
                 parsed.astimezone(dt.UTC)  # the database compares in UTC: it must stay in years 1-9999
         except (ValueError, OverflowError):  # "2026-13-01", "9999-12-31T23:00-05:00"
             parsed = None
-        if parsed is not None:
-            check_filter_day(parsed.date())
         if parsed is None:
             # The value goes in as a parameter: django-filter formats the message with `%`.
             raise forms.ValidationError(
@@ -293,5 +291,8 @@ class RunFilter(django_filters.FilterSet):
         values["sort_text"] = f"{'-' if sort[1] else ''}score.{sort[0]}" if sort else ""
         # The page's "to" field shows the last day included (`started_before` is the day after).
         before = values.get("started_before")
-        values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None
+        try:
+            values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None
+        except OverflowError:  # started_before in the calendar's first day: no last day to show
+            values["last_day"] = None
         return SimpleNamespace(**values)
