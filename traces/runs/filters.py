@@ -292,7 +292,9 @@ class RunFilter(django_filters.FilterSet):
         # The page's "to" field shows the last day included (`started_before` is the day after).
         before = values.get("started_before")
         try:
-            values["last_day"] = (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None
+            values["last_day"] = (
+                (timezone.localtime(before) - dt.timedelta(days=1)).date() if before else None
+            )
         except OverflowError:  # started_before in the calendar's first day: no last day to show
             values["last_day"] = None
         return SimpleNamespace(**values)
