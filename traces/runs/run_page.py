@@ -60,6 +60,21 @@ def rows_html(row_format: str, rows: Sequence[Sequence[Any]]) -> SafeString:
     return format_html(row_format * len(rows), *chain.from_iterable(rows))
 
 
+#: Non-negative ints below this are drawn once a process (`small_int`): a decision table prints each
+#: message's index and token counts, a different value on every row of a step.
+SMALL_INTS = 1 << 17
+_SMALL_INTS: dict[int, SafeString] = {}
+
+
+def small_int(value: int) -> SafeString:
+    """A non-negative int below `SMALL_INTS`, as the template's `{{ value }}` prints it: escaped once a
+    process (an int's text never changes), so a long table pays a dictionary lookup, not an escape."""
+    found = _SMALL_INTS.get(value)
+    if found is None:
+        found = _SMALL_INTS[value] = conditional_escape(value)
+    return found
+
+
 def escaper() -> Escaper:
     """A function printing a value as the template's `{{ value }}` does with auto-escaping: localized,
     then `conditional_escape`d (HTML-escaped unless it is already safe markup, which no trace value
@@ -77,6 +92,8 @@ def escaper() -> Escaper:
 
     def esc(value: Any) -> SafeString:
         kind = type(value)
+        if kind is int and 0 <= value < SMALL_INTS:
+            return small_int(value)
         if kind is float and plain_floats:
             text = repr(value)
             if "e" not in text and "n" not in text:  # not 1e-05, inf or nan
