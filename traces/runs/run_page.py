@@ -71,7 +71,7 @@ def small_int(value: int) -> SafeString:
     process (an int's text never changes), so a long table pays a dictionary lookup, not an escape."""
     found = _SMALL_INTS.get(value)
     if found is None:
-        found = _SMALL_INTS[value] = conditional_escape(value)
+        found = _SMALL_INTS[value] = conditional_escape(str(value))
     return found
 
 
