@@ -124,9 +124,16 @@ class DecisionRow:
     role: str = ""
     outcome: str = ""
     fidelity: str = ""
-    tokens: str = ""
+    tokens_before: Any = None  # the message's token counts as written, None when missing
+    tokens_after: Any = None
     relevance: str = ""
     reason: str = ""
+
+    @property
+    def tokens(self) -> str:
+        """ "before→after", "?" for a missing count."""
+        before, after = self.tokens_before, self.tokens_after
+        return f"{'?' if before is None else before}→{'?' if after is None else after}"
 
 
 @dataclass
@@ -212,7 +219,8 @@ def decision_rows(
                 role=d.get("role") or "?",
                 outcome=d.get("outcome") or "?",
                 fidelity="L0" if is_pin else (d.get("fidelity") or cls),
-                tokens=f"{'?' if before is None else before}→{'?' if after is None else after}",
+                tokens_before=before,
+                tokens_after=after,
                 relevance=f"{rel:.2f}" if isinstance(rel, int | float) else "—",
                 reason=(d.get("reason") or "—") + _grown_note(cls, before, after),
             )

@@ -36,7 +36,7 @@ from django.utils.safestring import SafeString
 from traces.dashboard.composition import Composition, step_composition
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
 from traces.runs import queries
-from traces.runs.run_page import Escaper, escaper, rows_html
+from traces.runs.run_page import EMPTY, SMALL_INTS, Escaper, escaper, rows_html, small_int
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
 TURN_CACHE_VERSION = 3  # 3: StepPart.composition (issue 37)
@@ -207,10 +207,10 @@ _TABLE = (
     "  </tr></thead>\n"
     "  <tbody>\n  {}\n  </tbody>\n</table>\n</div>\n</details>\n"
 )
-#: A plain row: its index and tokens (different on every row) and two runs of cells drawn once per table
-#: for each combination of their values (`_MIDDLE`, `_END`: a table repeats a few roles, outcomes,
+#: A plain row: its index and token counts (different on every row) and two runs of cells drawn once per
+#: table for each combination of their values (`_MIDDLE`, `_END`: a table repeats a few roles, outcomes,
 #: fidelities and reasons hundreds of times).
-_ROW = '\n  <tr{}><td class="num mono">{}</td>{}<td class="num mono">{}</td>{}</tr>'
+_ROW = '\n  <tr{}><td class="num mono">{}</td>{}<td class="num mono">{}→{}</td>{}</tr>'
 _MIDDLE = '<td>{}</td><td>{}{}</td><td><span class="fid fid--{}">{}</span></td>'
 _END = '<td class="num mono hide-sm">{}</td><td class="reason mono small">{}</td>'
 _PIN_ROW = (
@@ -225,40 +225,75 @@ _PIN_ROW = (
     "  </tr>"
 )
 _ROW_CHANGED = format_html(' class="{}"', "row-changed")
+_NO_COUNT = format_html("{}", "?")
 
 
 def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None = None) -> SafeString:
     """One step's table of per-message decisions (collapsed above 60 rows), [PIN] rows with their pin's
     label and id. Every value is printed as the template's `{{ value }}` printed it (`escaper`, shared by
-    the steps of a turn); the markup is the page's (turn.css, turn.js)."""
+    the steps of a turn); the markup is the page's (turn.css, turn.js).
+
+    Long because it is the page's inner loop (200 rows a step): the runs of cells a table repeats are
+    drawn once each, keyed by their values when those are strings (`decision_rows` makes most of them
+    strings; another type is drawn on every row, since `1`, `1.0` and `True` are one dictionary key
+    and a JSON object is no key at all), and the token counts print through `small_int`."""
     n = len(rows)
     esc = esc or escaper()
-    # The changed marks and runs of cells, drawn once each, keyed by the values as printed (escaped).
-    drawn: dict[tuple[str, ...], SafeString] = {}
+    marks: dict[str, SafeString] = {}
+    middles: dict[tuple[Any, ...], SafeString] = {}
+    ends: dict[tuple[Any, Any], SafeString] = {}
     parts: list[tuple[SafeString]] = []  # runs of plain rows, one `rows_html` each, between [PIN] rows
     plain: list[tuple[Any, ...]] = []
     for r in rows:
-        changed: Any = ""
-        if r.changed:
-            mark = (esc(r.changed),)
-            changed = drawn.get(mark)
-            if changed is None:
-                changed = drawn[mark] = format_html(' <span class="changed">{}</span>', *mark)
+        changed = marks.get(r.changed) if type(r.changed) is str else None  # (a mark's key is a str too)
+        if changed is None:
+            changed = format_html(' <span class="changed">{}</span>', esc(r.changed)) if r.changed else EMPTY
+            if type(r.changed) is str:
+                marks[r.changed] = changed
         if r.is_pin:
             parts += ((rows_html(_ROW, plain),), (_pin_row(r, changed, esc),))
             plain = []
             continue
-        cells: tuple[Any, ...] = (esc(r.role), esc(r.outcome), changed, esc(r.cls), esc(r.fidelity))
-        middle = drawn.get(cells)
+        role, outcome, was, cls, fidelity = r.role, r.outcome, r.changed, r.cls, r.fidelity
+        key = (role, outcome, was, cls, fidelity)
+        strings = (
+            type(role) is str
+            and type(outcome) is str
+            and type(was) is str
+            and type(cls) is str
+            and type(fidelity) is str
+        )
+        middle = middles.get(key) if strings else None
         if middle is None:
-            middle = drawn[cells] = format_html(_MIDDLE, *cells)
-        cells = (esc(r.relevance), esc(r.reason))
-        end = drawn.get(cells)
+            middle = format_html(_MIDDLE, esc(role), esc(outcome), changed, esc(cls), esc(fidelity))
+            if strings:
+                middles[key] = middle
+        end_key = (r.relevance, r.reason)
+        strings = type(r.relevance) is str and type(r.reason) is str
+        end = ends.get(end_key) if strings else None
         if end is None:
-            end = drawn[cells] = format_html(_END, *cells)
-        plain.append((_ROW_CHANGED if r.changed else "", esc(r.index), middle, esc(r.tokens), end))
+            end = format_html(_END, esc(r.relevance), esc(r.reason))
+            if strings:
+                ends[end_key] = end
+        plain.append(
+            (
+                _ROW_CHANGED if r.changed else EMPTY,
+                esc(r.index),
+                middle,
+                _count(r.tokens_before, esc),
+                _count(r.tokens_after, esc),
+                end,
+            )
+        )
     parts.append((rows_html(_ROW, plain),))
     return format_html(_TABLE, "open" if n <= 60 else "", n, "" if n == 1 else "s", rows_html("{}", parts))
+
+
+def _count(value: Any, esc: Escaper) -> SafeString:
+    """A token count as the row's "before→after" prints it: "?" when missing, else as written."""
+    if type(value) is int and 0 <= value < SMALL_INTS:
+        return small_int(value)
+    return _NO_COUNT if value is None else esc(f"{value}")
 
 
 def _pin_row(r: queries.DecisionRow, changed: Any, esc: Escaper) -> SafeString:

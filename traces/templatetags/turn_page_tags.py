@@ -29,25 +29,36 @@ def turn_step_part(context: template.Context, name: str) -> SafeString:
     """`traces/_turn_step_<name>.html` drawn with the page's context (its `sv`, `step`, `decision`).
 
     A turn's drawn parts share one cache entry per kind of page (team, open share, hidden share), so
-    a turn view adds two entries to the cache whatever its number of steps."""
+    a turn view adds two entries to the cache whatever its number of steps. The entry is read once a
+    view and written once, after the last step's last part (kept meanwhile in the template's render
+    context): each read or write is the whole turn's markup through the cache's pickling."""
     if name not in PARTS:
         raise template.TemplateSyntaxError(f"turn_step_part: no part {name!r}")
     sv = context.get("sv") or {}
     turn_key = sv.get("part_key")
-    key = part = ""
-    drawn: dict[str, SafeString] = {}
-    if turn_key:
-        key = f"{turn_key}:drawn:{int(bool(context.get('shared')))}:{int(bool(context.get('hide_content')))}"
-        part = f"{sv['step'].pk}:{sv['step'].number}:{name}"
+    if not turn_key:
+        return _draw(context, name)
+    key = f"{turn_key}:drawn:{int(bool(context.get('shared')))}:{int(bool(context.get('hide_content')))}"
+    part = f"{sv['step'].pk}:{sv['step'].number}:{name}"
+    state = context.render_context.get(f"turn_step_part:{key}")
+    if state is None:
         cached = cache.get(key)
-        if isinstance(cached, dict):
-            drawn = cached
-            found = drawn.get(part)
-            if isinstance(found, SafeString):  # only what the auto-escaping template below drew
-                return found
-    assert context.template is not None
-    html = context.template.engine.get_template(f"traces/_turn_step_{name}.html").render(context)
-    if key:
-        drawn[part] = html
-        cache.set(key, drawn, TURN_CACHE_SECONDS)
+        state = {"drawn": cached if isinstance(cached, dict) else {}, "new": False}
+        context.render_context[f"turn_step_part:{key}"] = state
+    found = state["drawn"].get(part)
+    if isinstance(found, SafeString):  # only what the auto-escaping template below drew
+        html = found
+    else:
+        html = state["drawn"][part] = _draw(context, name)
+        state["new"] = True
+    steps = context.get("steps")
+    last = not isinstance(steps, list) or not steps or steps[-1] is sv
+    if state["new"] and name == PARTS[-1] and last:
+        cache.set(key, state["drawn"], TURN_CACHE_SECONDS)
+        state["new"] = False
     return html
+
+
+def _draw(context: template.Context, name: str) -> SafeString:
+    assert context.template is not None
+    return context.template.engine.get_template(f"traces/_turn_step_{name}.html").render(context)

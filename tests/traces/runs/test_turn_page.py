@@ -73,7 +73,8 @@ def _row(
         role=value,
         outcome=value,
         fidelity=value,
-        tokens=value,
+        tokens_before=value,
+        tokens_after=value,
         relevance=value,
         reason=value,
     )
@@ -336,3 +337,33 @@ def test_the_step_parts_of_a_finished_run_are_drawn_once(project: Project, alice
     drawn[names[0]] = str(drawn[names[0]]) + "<!-- a plain string -->"  # not drawn by the template
     cache.set(f"{parts.key}:drawn:0:0", drawn)
     assert "<!-- a plain string -->" not in alice_client.get(run.turn_url(1)).content.decode()
+
+
+def test_a_turn_view_reads_and_writes_its_drawn_parts_once(
+    project: Project, alice_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read or write is the whole turn's markup through the cache's pickling: a first view of a
+    two-step turn writes the drawn parts once (after the last part), a repeat view reads them once."""
+    from traces.templatetags import turn_page_tags
+
+    run = _finished_run(project, "drawn-calls", "drawn answer")
+    cache.clear()
+    calls: list[str] = []
+
+    class Counting:
+        def get(self, key: str) -> Any:
+            calls.append("get")
+            return cache.get(key)
+
+        def set(self, key: str, value: Any, timeout: int) -> None:
+            calls.append("set")
+            cache.set(key, value, timeout)
+
+    monkeypatch.setattr(turn_page_tags, "cache", Counting())
+    first = alice_client.get(run.turn_url(1)).content.decode()
+    assert calls == ["get", "set"]
+    calls.clear()
+    again = alice_client.get(run.turn_url(1)).content.decode()
+    assert calls == ["get"]
+    assert again.count("drawn answer step") == first.count("drawn answer step") == 2
+    assert "drawn answer step 1" in first and "drawn answer step 2" in first
