@@ -15,10 +15,12 @@ exists. Inside them, a role too weak for a write is a 403 that says why (`requir
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -32,6 +34,7 @@ from traces.models import (
     Project,
     Run,
     ShareLink,
+    Team,
     membership_of,
     projects_for_user,
     roles_allowed,
@@ -79,6 +82,7 @@ def runs(caller: Any, action: str = Action.READ) -> QuerySet[Run]:
 
 
 _run_project = Run._meta.get_field("project")
+_project_team = Project._meta.get_field("team")
 
 
 def find_run(caller: Any, project_id: int, run_id: str, action: str = Action.READ) -> Run | None:
@@ -96,11 +100,39 @@ def find_run(caller: Any, project_id: int, run_id: str, action: str = Action.REA
             return None
         _run_project.set_cached_value(found[0], key.project)
         return found[0]
+    user = _user(caller)
+    if user is None or not user.is_authenticated or getattr(user, "pk", None) is None:
+        return None
+    if not 0 < int(project_id) < 1 << 63:  # no such row (the ORM's answer to an id past 64 bits)
+        return None
+    # `runs(caller, action).filter(project_id=…, run_id=…).select_related("project__team")` in SQL
+    # written once per action (`traces.core.sqlread`): every run page, fragment and poll opens its run
+    # here, and building that query cost the ORM more than running it.
+    roles = roles_allowed(action)
+    joined = sqlread.fetch_joined(
+        (Run, Project, Team), _run_from_where(len(roles)), [int(project_id), str(run_id), user.pk, *roles]
+    )
+    if not joined:
+        return None
+    run, project, team = joined[0]
+    _project_team.set_cached_value(project, team)
+    _run_project.set_cached_value(run, project)
+    return run
+
+
+@functools.cache
+def _run_from_where(n_roles: int) -> str:
+    """The run of (project id, run id), its project and team, if a membership of (user id, one of
+    `n_roles` roles) in the project's team allows it."""
+    qn = connection.ops.quote_name
+    run_t, project_t, team_t, member_t = (qn(m._meta.db_table) for m in (Run, Project, Team, Membership))
+    roles = ", ".join(["%s"] * n_roles)
     return (
-        runs(caller, action)
-        .filter(project_id=project_id, run_id=run_id)
-        .select_related("project__team")
-        .first()
+        f"FROM {run_t} JOIN {project_t} ON {project_t}.{qn('id')} = {run_t}.{qn('project_id')} "
+        f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} "
+        f"WHERE {run_t}.{qn('project_id')} = %s AND {run_t}.{qn('run_id')} = %s AND EXISTS ("
+        f"SELECT 1 FROM {member_t} WHERE {member_t}.{qn('team_id')} = {project_t}.{qn('team_id')} "
+        f"AND {member_t}.{qn('user_id')} = %s AND {member_t}.{qn('role')} IN ({roles}))"
     )
 
 

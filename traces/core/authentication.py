@@ -20,7 +20,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from traces.core import prepared, sqlread
+from traces.core import sqlread
 from traces.models import ApiKey, Project, Team
 
 # Writing last_used_at on every request would add a write to every batch; a minute is precise enough.
@@ -112,23 +112,16 @@ def _unrevoked_key(key_hash: str) -> ApiKey | None:
     so the ORM's cost of building this query was paid by every read."""
     qn = connection.ops.quote_name
     key_t, project_t, team_t = (qn(m._meta.db_table) for m in (ApiKey, Project, Team))
-    sql = (
-        f"SELECT {sqlread.columns(ApiKey)}, {sqlread.columns(Project)}, {sqlread.columns(Team)} "
+    rows = sqlread.fetch_joined(
+        (ApiKey, Project, Team),
         f"FROM {key_t} JOIN {project_t} ON {project_t}.{qn('id')} = {key_t}.{qn('project_id')} "
         f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} "
-        f"WHERE {key_t}.{qn('key_hash')} = %s AND {key_t}.{qn('revoked_at')} IS NULL"
-    )  # noqa: S608  (names are ours; the value is a parameter)
-    with prepared.cursor() as cursor:
-        cursor.execute(sql, [key_hash])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    a, b = sqlread.width(ApiKey), sqlread.width(ApiKey) + sqlread.width(Project)
-    key, project, team = (
-        sqlread.build(ApiKey, row[:a]),
-        sqlread.build(Project, row[a:b]),
-        sqlread.build(Team, row[b:]),
+        f"WHERE {key_t}.{qn('key_hash')} = %s AND {key_t}.{qn('revoked_at')} IS NULL",
+        [key_hash],
     )
+    if not rows:
+        return None
+    key, project, team = rows[0]
     _project_team.set_cached_value(project, team)
     _key_project.set_cached_value(key, project)
     return key

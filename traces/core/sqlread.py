@@ -69,3 +69,18 @@ def fetch(model: type[M], where_order: str, params: Sequence[Any]) -> list[M]:
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         return [build(model, row) for row in cursor.fetchall()]
+
+
+def fetch_joined(
+    models_: Sequence[type[models.Model]], from_where: str, params: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    """Rows of several models read by one join: `SELECT` the columns of each of `models_` in turn,
+    then `from_where` (the SQL's `FROM … JOIN … WHERE …`); each row split into one instance a model."""
+    sql = f"SELECT {', '.join(columns(m) for m in models_)} {from_where}"  # noqa: S608  (names are ours)
+    bounds, start = [], 0
+    for m in models_:
+        bounds.append((m, start, start + width(m)))
+        start += width(m)
+    with prepared.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [tuple(build(m, row[a:b]) for m, a, b in bounds) for row in cursor.fetchall()]

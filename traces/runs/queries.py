@@ -110,7 +110,7 @@ def primitive_summary(ev: PrimitiveEvent) -> str:
     return primitive_outcome(ev.primitive, ev.args, ev.result).line
 
 
-@dataclass
+@dataclass(slots=True)
 class DecisionRow:
     """One row of a step's decision table, with its cells pre-formatted (tables run to hundreds of
     rows per step, and plain attribute lookups keep the template fast)."""

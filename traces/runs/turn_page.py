@@ -36,7 +36,7 @@ from django.utils.safestring import SafeString
 from traces.dashboard.composition import Composition, step_composition
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
 from traces.runs import queries
-from traces.runs.run_page import EMPTY, SMALL_INTS, Escaper, escaper, rows_html, small_int
+from traces.runs.run_page import EMPTY, Escaper, escaper, rows_html
 
 #: Bumped when the parts' shape or the table's markup changes, so older cached parts are not read.
 TURN_CACHE_VERSION = 3  # 3: StepPart.composition (issue 37)
@@ -236,7 +236,7 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
     Long because it is the page's inner loop (200 rows a step): the runs of cells a table repeats are
     drawn once each, keyed by their values when those are strings (`decision_rows` makes most of them
     strings; another type is drawn on every row, since `1`, `1.0` and `True` are one dictionary key
-    and a JSON object is no key at all), and the token counts print through `small_int`."""
+    and a JSON object is no key at all)."""
     n = len(rows)
     esc = esc or escaper()
     marks: dict[str, SafeString] = {}
@@ -275,13 +275,14 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
             end = format_html(_END, esc(r.relevance), esc(r.reason))
             if strings:
                 ends[end_key] = end
+        before, after = r.tokens_before, r.tokens_after
         plain.append(
             (
-                _ROW_CHANGED if r.changed else EMPTY,
+                _ROW_CHANGED if was else EMPTY,
                 esc(r.index),
                 middle,
-                _count(r.tokens_before, esc),
-                _count(r.tokens_after, esc),
+                esc(before) if type(before) is int else _count(before, esc),
+                esc(after) if type(after) is int else _count(after, esc),
                 end,
             )
         )
@@ -290,9 +291,8 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
 
 
 def _count(value: Any, esc: Escaper) -> SafeString:
-    """A token count as the row's "before→after" prints it: "?" when missing, else as written."""
-    if type(value) is int and 0 <= value < SMALL_INTS:
-        return small_int(value)
+    """A token count that is not an int as the row's "before→after" prints it: "?" when missing, else
+    as written (an f-string's text, escaped)."""
     return _NO_COUNT if value is None else esc(f"{value}")
 
 

@@ -1275,3 +1275,31 @@ def test_every_form_refuses_a_post_without_its_csrf_token(world: World, route: s
             assert status == expected, f"{case.method} /{route}: {status}"
     assert Team.objects.filter(pk=world.team.pk).exists()
     assert Run.objects.filter(pk=world.run.pk).exists()
+
+
+def test_find_run_answers_as_the_runs_of_the_callers_projects(
+    world: World, django_assert_num_queries: Any
+) -> None:
+    """`access.find_run` reads a run in SQL written once; its answer is the ORM's over `access.runs`
+    for every actor and action, with the project and team loaded, and no row for an id past 64 bits,
+    another project's id, an unknown run or an anonymous caller."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from traces.core import access
+    from traces.models import PERMISSIONS
+
+    w = world
+    for actor in ("outsider", "viewer", "member", "admin", "owner"):
+        user = w.users[actor]
+        for action in PERMISSIONS:
+            expected = access.runs(user, action).filter(project_id=w.project.pk, run_id=w.run.run_id).first()
+            with django_assert_num_queries(1):
+                found = access.find_run(user, w.project.pk, w.run.run_id, action)
+                if found is not None:
+                    assert found.project.team.name == "Alpha"  # loaded with the run
+            assert found == expected, (actor, action)
+    owner = w.users["owner"]
+    other = Project.objects.create(team=w.team, slug="other")
+    for project_id, run_id in ((w.project.pk, "no-such-run"), (other.pk, w.run.run_id), ((1 << 63) + 5, "x")):
+        assert access.find_run(owner, project_id, run_id) is None
+    assert access.find_run(AnonymousUser(), w.project.pk, w.run.run_id) is None
