@@ -24,15 +24,18 @@ table shows a pin's label and id only, never its content, so a share link that h
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.cache import cache
+from django.db import connection
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from traces.core import prepared, sqlread
 from traces.dashboard.composition import Composition, step_composition
 from traces.models import ContextDecision, Pin, PrimitiveEvent, Run, Step, Turn, unpack_message_decisions
 from traces.runs import queries
@@ -101,23 +104,18 @@ def cache_key(run: Run, agent: str, number: int) -> str:
 def _build(run: Run, agent: str, number: int) -> TurnParts | None:
     near = {
         t.number: t
-        for t in Turn.objects.filter(run=run, agent=agent, number__in=[number - 1, number, number + 1])
+        for t in sqlread.fetch(Turn, _sql("turns"), [run.pk, agent, number - 1, number, number + 1])
     }
     turn = near.get(number)
     if turn is None:
         return None
-    steps = list(Step.objects.filter(turn=turn).select_related("decision").order_by("number"))
-    pins = list(Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id"))
-    primitives = list(
-        PrimitiveEvent.objects.filter(run=run, agent=agent, turn_number=number).order_by("timestamp", "id")
-    )
+    steps = _steps(turn)
+    pins = sqlread.fetch(Pin, _sql("pins"), [run.pk, agent])
+    primitives = sqlread.fetch(PrimitiveEvent, _sql("primitives"), [run.pk, agent, number])
     # The step before this turn's first step, for "what changed" on step 1.
-    previous = (
-        ContextDecision.objects.filter(run=run, agent=agent, turn_number__lt=number)
-        .order_by("-turn_number", "-step_number")
-        .values_list("turn_number", "step_number", "message_table")
-        .first()
-    )
+    with prepared.cursor() as cursor:
+        cursor.execute(_sql("previous"), [run.pk, agent, number])
+        previous = cursor.fetchone()
     prev_label = f"turn {previous[0]} step {previous[1]}" if previous else ""
     prev_mds = unpack_message_decisions(previous[2]) if previous else None
     prev_turn = previous[0] if previous else 0
@@ -158,6 +156,51 @@ def _build(run: Run, agent: str, number: int) -> TurnParts | None:
         prev_turn=number - 1 if number - 1 in near else None,
         next_turn=number + 1 if number + 1 in near else None,
     )
+
+
+def _steps(turn: Turn) -> list[Step]:
+    """The turn's steps by number, each with its context decision loaded (None when it has none), as
+    `select_related("decision")` loads them."""
+    out = []
+    for step, decision in sqlread.fetch_joined((Step, ContextDecision), _sql("steps"), [turn.pk]):
+        found = decision if decision.pk is not None else None
+        _step_decision.set_cached_value(step, found)
+        if found is not None:
+            _decision_step.set_cached_value(found, step)
+        out.append(step)
+    return out
+
+
+_step_decision = Step.decision.related  # the reverse side (OneToOneRel), as select_related sets it
+_decision_step = ContextDecision._meta.get_field("step")
+
+
+@functools.cache
+def _sql(name: str) -> str:
+    """The turn's reads (`_build`), in SQL written once (`traces.core.sqlread`): the ORM spent more
+    building these five small queries than the database running them, on every first view of a turn.
+    The same rows in the same order as the querysets they replace (tests/traces/runs/test_turn_page.py)."""
+    qn = connection.ops.quote_name
+
+    def col(model: Any, field: str) -> str:
+        return f"{qn(model._meta.db_table)}.{qn(model._meta.get_field(field).column)}"
+
+    step_t, decision_t = qn(Step._meta.db_table), qn(ContextDecision._meta.db_table)
+    return {
+        "turns": f"WHERE {col(Turn, 'run')} = %s AND {col(Turn, 'agent')} = %s AND {col(Turn, 'number')} IN (%s, %s, %s)",
+        "steps": f"FROM {step_t} LEFT JOIN {decision_t} ON {col(ContextDecision, 'step')} = {col(Step, 'id')} "
+        f"WHERE {col(Step, 'turn')} = %s ORDER BY {col(Step, 'number')} ASC",
+        "pins": f"WHERE {col(Pin, 'run')} = %s AND {col(Pin, 'agent')} = %s "
+        f"ORDER BY {col(Pin, 'created_turn')} ASC, {col(Pin, 'created_step')} ASC, {col(Pin, 'id')} ASC",
+        "primitives": f"WHERE {col(PrimitiveEvent, 'run')} = %s AND {col(PrimitiveEvent, 'agent')} = %s "
+        f"AND {col(PrimitiveEvent, 'turn_number')} = %s "
+        f"ORDER BY {col(PrimitiveEvent, 'timestamp')} ASC, {col(PrimitiveEvent, 'id')} ASC",
+        "previous": f"SELECT {col(ContextDecision, 'turn_number')}, {col(ContextDecision, 'step_number')}, "
+        f"{col(ContextDecision, 'message_table')} FROM {decision_t} "
+        f"WHERE {col(ContextDecision, 'run')} = %s AND {col(ContextDecision, 'agent')} = %s "
+        f"AND {col(ContextDecision, 'turn_number')} < %s "
+        f"ORDER BY {col(ContextDecision, 'turn_number')} DESC, {col(ContextDecision, 'step_number')} DESC LIMIT 1",
+    }[name]
 
 
 def _listed(changes: queries.StepChanges) -> queries.StepChanges:

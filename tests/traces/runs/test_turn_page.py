@@ -367,3 +367,57 @@ def test_a_turn_view_reads_and_writes_its_drawn_parts_once(
     assert calls == ["get"]
     assert again.count("drawn answer step") == first.count("drawn answer step") == 2
     assert "drawn answer step 1" in first and "drawn answer step 2" in first
+
+
+def _values(obj: Any) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+def test_the_turn_reads_are_the_orms(samples: Project) -> None:
+    """The turn's five reads in SQL written once give the rows, values and order of the querysets they
+    replace, for every turn of every sample run (steps with and without a context decision, pins,
+    primitive calls, the decision before the turn)."""
+    from traces.core import prepared, sqlread
+    from traces.models import ContextDecision, PrimitiveEvent, Step, Turn
+
+    seen_without_decision = seen_with_decision = 0
+    first = ContextDecision.objects.filter(run__project=samples).order_by("pk").first()
+    assert first is not None
+    first.delete()  # a step without a decision (a send that failed before it) reads as None
+    for run in Run.objects.filter(project=samples):
+        for turn in Turn.objects.filter(run=run):
+            agent, number = turn.agent, turn.number
+            near = [number - 1, number, number + 1]
+            orm_turns = Turn.objects.filter(run=run, agent=agent, number__in=near)
+            ours_turns = sqlread.fetch(Turn, turn_page._sql("turns"), [run.pk, agent, *near])
+            assert sorted(map(_values, ours_turns), key=str) == sorted(map(_values, orm_turns), key=str)
+            orm_steps = list(Step.objects.filter(turn=turn).select_related("decision").order_by("number"))
+            ours_steps = turn_page._steps(turn)
+            assert [_values(s) for s in ours_steps] == [_values(s) for s in orm_steps]
+            for ours, orm in zip(ours_steps, orm_steps, strict=True):
+                theirs = getattr(orm, "decision", None)
+                mine = getattr(ours, "decision", None)
+                assert (mine is None) == (theirs is None)
+                if mine is not None:
+                    seen_with_decision += 1
+                    assert _values(mine) == _values(theirs) and mine.step is ours
+                else:
+                    seen_without_decision += 1
+            orm_pins = Pin.objects.filter(run=run, agent=agent).order_by("created_turn", "created_step", "id")
+            ours_pins = sqlread.fetch(Pin, turn_page._sql("pins"), [run.pk, agent])
+            assert [_values(p) for p in ours_pins] == [_values(p) for p in orm_pins]
+            orm_prims = PrimitiveEvent.objects.filter(run=run, agent=agent, turn_number=number).order_by(
+                "timestamp", "id"
+            )
+            ours_prims = sqlread.fetch(PrimitiveEvent, turn_page._sql("primitives"), [run.pk, agent, number])
+            assert [_values(p) for p in ours_prims] == [_values(p) for p in orm_prims]
+            orm_previous = (
+                ContextDecision.objects.filter(run=run, agent=agent, turn_number__lt=number)
+                .order_by("-turn_number", "-step_number")
+                .values_list("turn_number", "step_number", "message_table")
+                .first()
+            )
+            with prepared.cursor() as cursor:
+                cursor.execute(turn_page._sql("previous"), [run.pk, agent, number])
+                assert cursor.fetchone() == orm_previous
+    assert seen_with_decision and seen_without_decision
