@@ -34,7 +34,6 @@ from traces.models import (
     Project,
     Run,
     ShareLink,
-    Team,
     membership_of,
     projects_for_user,
     roles_allowed,
@@ -82,7 +81,6 @@ def runs(caller: Any, action: str = Action.READ) -> QuerySet[Run]:
 
 
 _run_project = Run._meta.get_field("project")
-_project_team = Project._meta.get_field("team")
 
 
 def find_run(caller: Any, project_id: int, run_id: str, action: str = Action.READ) -> Run | None:
@@ -109,27 +107,20 @@ def find_run(caller: Any, project_id: int, run_id: str, action: str = Action.REA
     # written once per action (`traces.core.sqlread`): every run page, fragment and poll opens its run
     # here, and building that query cost the ORM more than running it.
     roles = roles_allowed(action)
-    joined = sqlread.fetch_joined(
-        (Run, Project, Team), _run_from_where(len(roles)), [int(project_id), str(run_id), user.pk, *roles]
+    found = sqlread.fetch_with_team(
+        Run, _run_where(len(roles)), [int(project_id), str(run_id), user.pk, *roles]
     )
-    if not joined:
-        return None
-    run, project, team = joined[0]
-    _project_team.set_cached_value(project, team)
-    _run_project.set_cached_value(run, project)
-    return run
+    return found[0] if found else None
 
 
 @functools.cache
-def _run_from_where(n_roles: int) -> str:
-    """The run of (project id, run id), its project and team, if a membership of (user id, one of
-    `n_roles` roles) in the project's team allows it."""
+def _run_where(n_roles: int) -> str:
+    """The run of (project id, run id), if a membership of (user id, one of `n_roles` roles) in its
+    project's team allows it."""
     qn = connection.ops.quote_name
-    run_t, project_t, team_t, member_t = (qn(m._meta.db_table) for m in (Run, Project, Team, Membership))
+    run_t, project_t, member_t = (qn(m._meta.db_table) for m in (Run, Project, Membership))
     roles = ", ".join(["%s"] * n_roles)
     return (
-        f"FROM {run_t} JOIN {project_t} ON {project_t}.{qn('id')} = {run_t}.{qn('project_id')} "
-        f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} "
         f"WHERE {run_t}.{qn('project_id')} = %s AND {run_t}.{qn('run_id')} = %s AND EXISTS ("
         f"SELECT 1 FROM {member_t} WHERE {member_t}.{qn('team_id')} = {project_t}.{qn('team_id')} "
         f"AND {member_t}.{qn('user_id')} = %s AND {member_t}.{qn('role')} IN ({roles}))"

@@ -21,7 +21,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from traces.core import sqlread
-from traces.models import ApiKey, Project, Team
+from traces.models import ApiKey, Project
 
 # Writing last_used_at on every request would add a write to every batch; a minute is precise enough.
 LAST_USED_PRECISION = timedelta(seconds=60)
@@ -111,24 +111,12 @@ def _unrevoked_key(key_hash: str) -> ApiKey | None:
     Read views look their key up on every request (a revoked key is refused at once, in every process),
     so the ORM's cost of building this query was paid by every read."""
     qn = connection.ops.quote_name
-    key_t, project_t, team_t = (qn(m._meta.db_table) for m in (ApiKey, Project, Team))
-    rows = sqlread.fetch_joined(
-        (ApiKey, Project, Team),
-        f"FROM {key_t} JOIN {project_t} ON {project_t}.{qn('id')} = {key_t}.{qn('project_id')} "
-        f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} "
-        f"WHERE {key_t}.{qn('key_hash')} = %s AND {key_t}.{qn('revoked_at')} IS NULL",
-        [key_hash],
+    key_t = qn(ApiKey._meta.db_table)
+    found = sqlread.fetch_with_team(
+        ApiKey, f"WHERE {key_t}.{qn('key_hash')} = %s AND {key_t}.{qn('revoked_at')} IS NULL", [key_hash]
     )
-    if not rows:
-        return None
-    key, project, team = rows[0]
-    _project_team.set_cached_value(project, team)
-    _key_project.set_cached_value(key, project)
-    return key
+    return found[0] if found else None
 
-
-_key_project = ApiKey._meta.get_field("project")
-_project_team = Project._meta.get_field("team")
 
 #: How long the ingest view's process remembers an API key it looked up (a query joining project and
 #: team, ~1 ms of a live batch of 20 events).

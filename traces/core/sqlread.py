@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django.db import connection, models
 
 from traces.core import prepared
+from traces.models import Project, Team
 
 M = TypeVar("M", bound=models.Model)
 
@@ -84,3 +85,23 @@ def fetch_joined(
     with prepared.cursor() as cursor:
         cursor.execute(sql, params)
         return [tuple(build(m, row[a:b]) for m, a, b in bounds) for row in cursor.fetchall()]
+
+
+def fetch_with_team(model: type[M], where: str, params: Sequence[Any]) -> list[M]:
+    """`model`'s rows (a model with a `project` foreign key) with their project and its team loaded, as
+    `select_related("project__team")` loads them, in one join; `where` (`WHERE …`) may name the three
+    tables."""
+    qn = connection.ops.quote_name
+    table, project_t, team_t = (qn(m._meta.db_table) for m in (model, Project, Team))
+    joined = fetch_joined(
+        (model, Project, Team),
+        f"FROM {table} JOIN {project_t} ON {project_t}.{qn('id')} = {table}.{qn('project_id')} "
+        f"JOIN {team_t} ON {team_t}.{qn('id')} = {project_t}.{qn('team_id')} {where}",
+        params,
+    )
+    to_project: Any = model._meta.get_field("project")  # a ForeignKey (the caller's model has one)
+    to_team = Project._meta.get_field("team")
+    for obj, project, team in joined:
+        to_team.set_cached_value(project, team)
+        to_project.set_cached_value(obj, project)
+    return [obj for obj, _, _ in joined]
