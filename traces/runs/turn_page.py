@@ -288,16 +288,17 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
     parts: list[tuple[SafeString]] = []  # runs of plain rows, one `rows_html` each, between [PIN] rows
     plain: list[tuple[Any, ...]] = []
     for r in rows:
-        changed = marks.get(r.changed) if type(r.changed) is str else None  # (a mark's key is a str too)
+        was = r.changed
+        changed = marks.get(was) if type(was) is str else None  # (a mark's key is a str too)
         if changed is None:
-            changed = format_html(' <span class="changed">{}</span>', esc(r.changed)) if r.changed else EMPTY
-            if type(r.changed) is str:
-                marks[r.changed] = changed
+            changed = format_html(' <span class="changed">{}</span>', esc(was)) if was else EMPTY
+            if type(was) is str:
+                marks[was] = changed
         if r.is_pin:
             parts += ((rows_html(_ROW, plain),), (_pin_row(r, changed, esc),))
             plain = []
             continue
-        role, outcome, was, cls, fidelity = r.role, r.outcome, r.changed, r.cls, r.fidelity
+        role, outcome, cls, fidelity = r.role, r.outcome, r.cls, r.fidelity
         key = (role, outcome, was, cls, fidelity)
         strings = (
             type(role) is str
@@ -318,14 +319,13 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
             end = format_html(_END, esc(r.relevance), esc(r.reason))
             if strings:
                 ends[end_key] = end
-        before, after = r.tokens_before, r.tokens_after
         plain.append(
             (
                 _ROW_CHANGED if was else EMPTY,
                 esc(r.index),
                 middle,
-                esc(before) if type(before) is int else _count(before, esc),
-                esc(after) if type(after) is int else _count(after, esc),
+                _count(r.tokens_before, esc),
+                _count(r.tokens_after, esc),
                 end,
             )
         )
@@ -334,9 +334,11 @@ def decision_table_html(rows: Sequence[queries.DecisionRow], esc: Escaper | None
 
 
 def _count(value: Any, esc: Escaper) -> SafeString:
-    """A token count that is not an int as the row's "before→after" prints it: "?" when missing, else
-    as written (an f-string's text, escaped)."""
-    return _NO_COUNT if value is None else esc(f"{value}")
+    """A token count as the row's "before→after" prints it: "?" when missing, else as written (an int
+    through `esc`, which draws small ones once a process; anything else as an f-string's text)."""
+    if value is None:
+        return _NO_COUNT
+    return esc(value if type(value) is int else f"{value}")
 
 
 def _pin_row(r: queries.DecisionRow, changed: Any, esc: Escaper) -> SafeString:
